@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Fetch, configure, patch and build the rig kernel; print its build dir (KDIR).
+#
+#   scripts/kernel.sh [--variant debug|plain] [--kver 7.3|6.12] [--print-kdir]
+#
+# The source is Debian's linux-source-$KVER package. Trees live in
+# $PEERMEM_CACHE (default ~/.cache/peermem), one build dir per kernel version,
+# variant and config hash, so a warm run only re-makes what changed. The
+# patch series under tests/rig/patches is applied to the source tree and
+# tracked by a stamp: a changed series is reverted and re-applied in place.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+variant=debug
+print_only=0
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--variant) variant=$2; shift 2 ;;
+	--kver) RIG_KVER=$2; shift 2 ;;
+	--print-kdir) print_only=1; shift ;;
+	*) pm_die "unknown argument '$1'; usage: scripts/kernel.sh [--variant debug|plain] [--kver 7.3|6.12] [--print-kdir]" ;;
+	esac
+done
+case "$variant" in debug|plain) ;; *) pm_die "unknown variant '$variant'; use debug or plain" ;; esac
+
+rig=$PEERMEM_ROOT/tests/rig
+frags=("$rig/base.config")
+[ "$variant" = debug ] && frags+=("$rig/debug.config")
+[ -f "$rig/kernel-$RIG_KVER.config" ] && frags+=("$rig/kernel-$RIG_KVER.config")
+patchdir=$rig/patches/$RIG_KVER
+cfg_hash=$(cat "${frags[@]}" | sha256sum | cut -c1-12)
+
+srcroot=$PEERMEM_CACHE/src
+objdir=$PEERMEM_CACHE/build/linux-$RIG_KVER-$variant-$cfg_hash
+if [ "$print_only" = 1 ]; then
+	[ -f "$objdir/.peermem-built" ] || pm_die "no built $variant kernel $RIG_KVER in $objdir; run scripts/kernel.sh first"
+	echo "$objdir"; exit 0
+fi
+
+pm_stage "kernel $RIG_KVER ($variant, config $cfg_hash): toolchain check"
+for c in make gcc flex bison bc cpio rustc bindgen dpkg-deb; do
+	pm_need_cmd "$c" "run scripts/setup-host.sh (or the README's setup) first"
+done
+export LIBCLANG_PATH=${LIBCLANG_PATH:-/usr/lib/llvm-19/lib}
+[ -d "$LIBCLANG_PATH" ] || pm_die "libclang not found at $LIBCLANG_PATH; apt-get install libclang-19-dev or set LIBCLANG_PATH"
+
+pm_stage "kernel: fetch linux-source-$RIG_KVER"
+debdir=$PEERMEM_CACHE/debs
+mkdir -p "$debdir" "$srcroot" "$PEERMEM_CACHE/build"
+deb=$(ls "$debdir"/linux-source-"$RIG_KVER"_*.deb 2>/dev/null | sort -V | tail -n1 || true)
+if [ -z "$deb" ]; then
+	cand=$(apt-cache policy "linux-source-$RIG_KVER" 2>/dev/null | awk '/Candidate:/ {print $2}')
+	if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+		pm_die "apt knows no linux-source-$RIG_KVER; run scripts/setup-host.sh (it adds trixie-backports for 7.3) and apt-get update"
+	fi
+	pm_log "wanted linux-source-$RIG_KVER, apt offers version $cand"
+	(cd "$debdir" && apt-get download -q "linux-source-$RIG_KVER=$cand" >/dev/null) ||
+		pm_die "apt-get download linux-source-$RIG_KVER=$cand failed; check the network and apt sources"
+	deb=$(ls "$debdir"/linux-source-"$RIG_KVER"_*.deb | sort -V | tail -n1)
+fi
+debver=$(dpkg-deb -f "$deb" Version)
+pm_log "using $(basename "$deb") (Debian version $debver)"
+
+src=$srcroot/linux-source-$RIG_KVER-$debver
+if [ ! -f "$src/.peermem-extracted" ]; then
+	pm_stage "kernel: extract source"
+	rm -rf "$src" "$src.tmp"; mkdir -p "$src.tmp"
+	dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$src.tmp" --wildcards './usr/src/linux-source-*.tar.xz'
+	tarball=$(ls "$src.tmp"/usr/src/linux-source-*.tar.xz)
+	tar -xJf "$tarball" -C "$src.tmp"
+	mv "$src.tmp"/linux-source-"$RIG_KVER" "$src"
+	rm -rf "$src.tmp"
+	touch "$src/.peermem-extracted"
+fi
+
+pm_stage "kernel: patch series"
+# The series is every *.patch in $patchdir, in name order. The stamp holds a
+# copy of what is applied, so a changed series is reverted, then re-applied.
+applied=$src/.peermem-patches
+want=$(mktemp -d); trap 'rm -rf "$want"' EXIT
+if [ -d "$patchdir" ]; then cp "$patchdir"/*.patch "$want"/ 2>/dev/null || true; fi
+if [ -d "$applied" ] && diff -rq "$applied" "$want" >/dev/null; then
+	pm_log "series unchanged ($(ls "$want" | wc -l) patches)"
+else
+	if [ -d "$applied" ]; then
+		for p in $(ls "$applied"/*.patch 2>/dev/null | sort -r); do
+			pm_log "revert $(basename "$p")"
+			patch -d "$src" -p1 -R -s -f < "$p" || pm_die "could not revert $(basename "$p") from $src; delete $src to start clean"
+		done
+		rm -rf "$applied"
+	fi
+	mkdir -p "$applied.new"
+	for p in $(ls "$want"/*.patch 2>/dev/null | sort); do
+		pm_log "apply $(basename "$p")"
+		patch -d "$src" -p1 -s -f -N < "$p" || pm_die "patch $(basename "$p") does not apply to linux $RIG_KVER ($debver); rebase it"
+		cp "$p" "$applied.new"/
+	done
+	mv "$applied.new" "$applied"
+fi
+
+pm_stage "kernel: configure $objdir"
+mkdir -p "$objdir"
+kmake() { make -C "$src" O="$objdir" "$@"; }
+if ! kmake -s rustavailable >"$objdir/rustavailable.log" 2>&1; then
+	cat "$objdir/rustavailable.log" >&2
+	pm_die "Rust is not available for linux $RIG_KVER (see above); run scripts/setup-host.sh, or set LIBCLANG_PATH"
+fi
+if [ ! -f "$objdir/.config" ] || [ "$(cat "$objdir/.peermem-config-hash" 2>/dev/null)" != "$cfg_hash" ]; then
+	kmake -s tinyconfig >/dev/null
+	"$src"/scripts/kconfig/merge_config.sh -m -O "$objdir" "$objdir/.config" "${frags[@]}" >/dev/null
+	kmake -s olddefconfig >/dev/null
+	echo "$cfg_hash" > "$objdir/.peermem-config-hash"
+fi
+bad=0
+while IFS= read -r line; do
+	case "$line" in CONFIG_*=n) opt=${line%%=*}; grep -q "^$opt=" "$objdir/.config" && { pm_log "config: $opt should be off"; bad=1; } ;;
+	CONFIG_*) grep -qx "$line" "$objdir/.config" || { pm_log "config: '$line' did not stick (a dependency is missing?)"; bad=1; } ;;
+	esac
+done < <(cat "${frags[@]}" | grep -v '^#' | sed 's/[[:space:]]*$//')
+[ "$bad" = 0 ] || { rm -f "$objdir/.peermem-config-hash"; pm_die "kernel config fragment does not apply cleanly to $RIG_KVER (lines above); fix tests/rig/*.config"; }
+
+pm_stage "kernel: build (make -j$(( $(nproc) + 1 )), log in $objdir/build.log)"
+rm -f "$objdir/.peermem-built"
+if ! kmake -j"$(( $(nproc) + 1 ))" all >"$objdir/build.log" 2>&1; then
+	grep -E 'error|Error' "$objdir/build.log" | head -20 >&2
+	tail -n 20 "$objdir/build.log" >&2
+	pm_die "kernel build failed; full log: $objdir/build.log"
+fi
+touch "$objdir/.peermem-built"
+ln -sfn "$objdir" "$PEERMEM_CACHE/linux-$RIG_KVER-$variant"
+pm_stage "kernel: ready"
+echo "$objdir"

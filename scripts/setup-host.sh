@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Install everything peermem's build, rig and tests need on a Debian 12 host.
+# Idempotent: every step checks first and skips what is already there.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+APT_PKGS=(
+	# kernel and module build
+	build-essential flex bison bc cpio kmod xz-utils binutils rsync
+	libelf-dev libssl-dev python3 libclang-19-dev clang-19 lld-19 llvm-19
+	# guest userspace (seen by the guest through the 9p root)
+	rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev
+	iproute2 perftest
+)
+BINDGEN_VERSION=${BINDGEN_VERSION:-0.73.2}
+
+pm_stage "host: apt sources"
+src=/etc/apt/sources.list.d/peermem.sources
+want=$(cat <<'S'
+# Added by peermem scripts/setup-host.sh: linux-source-7.3 (trixie-backports),
+# the reference headers of nvidia-open-kernel-dkms (trixie contrib), and
+# qemu-system-x86 matching the image's qemu-utils (bookworm-backports).
+# /etc/apt/preferences.d/peermem keeps trixie from replacing anything else.
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie-backports
+Components: main contrib
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: contrib
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+S
+)
+stamp=$PEERMEM_CACHE/apt-updated
+mkdir -p "$PEERMEM_CACHE"
+pref=/etc/apt/preferences.d/peermem
+want_pref=$(cat <<'S'
+Package: *
+Pin: release n=trixie-backports
+Pin-Priority: 1
+
+Package: *
+Pin: release n=trixie
+Pin-Priority: 1
+
+Package: linux-source-7.3 nvidia-open-kernel-dkms
+Pin: release n=trixie-backports
+Pin-Priority: 500
+S
+)
+if [ ! -f "$pref" ] || [ "$(cat "$pref")" != "$want_pref" ]; then
+	printf '%s\n' "$want_pref" | pm_sudo tee "$pref" >/dev/null
+fi
+if [ ! -f "$src" ] || [ "$(cat "$src")" != "$want" ]; then
+	[ -f /usr/share/keyrings/debian-archive-keyring.gpg ] ||
+		pm_die "/usr/share/keyrings/debian-archive-keyring.gpg missing; install debian-archive-keyring"
+	printf '%s\n' "$want" | pm_sudo tee "$src" >/dev/null
+	rm -f "$stamp"
+fi
+# Refresh the package lists once a day at most.
+if [ -z "$(find "$stamp" -mmin -1440 2>/dev/null)" ]; then
+	pm_sudo apt-get update -q >/dev/null || pm_die "apt-get update failed; check the network and $src"
+	touch "$stamp"
+fi
+
+pm_stage "host: apt packages"
+missing=()
+for p in "${APT_PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	pm_log "installing: ${missing[*]}"
+	DEBIAN_FRONTEND=noninteractive pm_sudo apt-get install -y -q --no-install-recommends \
+		"${missing[@]}" >/dev/null ||
+		pm_die "apt-get install ${missing[*]} failed; run it by hand to see why"
+fi
+# QEMU comes from bookworm-backports, to match the qemu-utils the Debian 12
+# images ship (bookworm's 7.2 qemu-system-common conflicts with it).
+if ! dpkg-query -W -f='${Status}' qemu-system-x86 2>/dev/null | grep -q 'install ok installed'; then
+	pm_log "installing: qemu-system-x86 (bookworm-backports)"
+	DEBIAN_FRONTEND=noninteractive pm_sudo apt-get install -y -q --no-install-recommends \
+		-t bookworm-backports qemu-system-x86 >/dev/null ||
+		pm_die "apt-get install -t bookworm-backports qemu-system-x86 failed; run it by hand to see why"
+fi
+
+pm_stage "host: rust toolchain"
+pm_need_cmd rustup "install Rust with rustup (https://rustup.rs), then re-run"
+rustup component list --installed 2>/dev/null | grep -q '^rust-src' ||
+	rustup component add rust-src >/dev/null || pm_die "rustup component add rust-src failed"
+if ! bindgen --version 2>/dev/null | grep -q "bindgen $BINDGEN_VERSION"; then
+	pm_log "cargo install bindgen-cli $BINDGEN_VERSION"
+	cargo install --locked --quiet bindgen-cli --version "$BINDGEN_VERSION" ||
+		pm_die "cargo install bindgen-cli failed; check crates.io access"
+fi
+pm_log "host ready: $(rustc --version), $(bindgen --version), libclang-19"
