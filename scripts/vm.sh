@@ -1,0 +1,338 @@
+#!/usr/bin/env bash
+# Boot the rig kernel under QEMU, run tests in it, fail on any kernel report.
+#
+#   scripts/vm.sh [options] [--] TEST...     run test executables, print TAP
+#   scripts/vm.sh [options] --cmd 'COMMAND'  run one shell command, show its output
+#
+# Options:
+#   --kdir DIR          kernel build tree (default: scripts/kernel.sh --print-kdir)
+#   --test-timeout S    limit for each test (default 300)
+#   --timeout S         limit for the whole VM run (default: 180 + tests x test limit)
+#   --accel auto|tcg|kvm  (default auto: KVM only if a bounded probe boot works;
+#                       the verdict is cached in $PEERMEM_CACHE/vm-accel)
+#   --mem SIZE --smp N  guest size (default 2G, 2)
+#   --no-kmemleak       skip the final kmemleak scan
+#   -v, --verbose       stream the guest console while it runs
+#   --keep              keep the run directory even when everything passed
+#
+# The guest's root filesystem is the host's / shared read-only over virtio-9p,
+# so every host program and library, and this repo's built files, are at the
+# same paths in the guest (but the guest's /tmp, /run and /var/tmp are empty
+# tmpfs: keep test files elsewhere). tests/vm/guest-init.sh is PID 1; results
+# come back over a second, writable 9p share. A TEST is an executable file; it
+# runs with its own directory as cwd and PEERMEM_ROOT, PEERMEM_VM=1 and
+# PEERMEM_RESULTS (a writable directory that comes back to the host) set.
+#
+# Output: one TAP stream (every test's TAP, renumbered), plus a `not ok` line
+# for each kernel report in the guest log (BUG, WARNING, KASAN, lockdep,
+# kmemleak, DMA-API debug, hung task, Oops, panic), with an excerpt and the
+# test that was running, and for a guest that hung, panicked or never booted.
+# Exit status: 0 if all passed, 1 if anything failed, 2 on bad usage.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+bad() { printf 'peermem: error: %s\n' "$*" >&2; exit 2; }
+
+kdir= test_timeout=300 total_timeout= accel=${PEERMEM_VM_ACCEL:-auto} mem=2G smp=2
+kmemleak=1 verbose=0 keep=0 cmd= have_cmd=0
+tests=()
+need_arg() { [ $# -ge 2 ] && [ -n "$2" ] || bad "option $1 needs a value (see scripts/vm.sh --help)"; }
+is_uint() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--kdir) need_arg "$@"; kdir=$2; shift 2 ;;
+	--test-timeout) need_arg "$@"; is_uint "$2" || bad "--test-timeout wants seconds, got '$2'"; test_timeout=$2; shift 2 ;;
+	--timeout) need_arg "$@"; is_uint "$2" || bad "--timeout wants seconds, got '$2'"; total_timeout=$2; shift 2 ;;
+	--accel) need_arg "$@"; accel=$2; shift 2 ;;
+	--mem) need_arg "$@"; mem=$2; shift 2 ;;
+	--smp) need_arg "$@"; is_uint "$2" || bad "--smp wants a CPU count, got '$2'"; smp=$2; shift 2 ;;
+	--no-kmemleak) kmemleak=0; shift ;;
+	--cmd) need_arg "$@"; cmd=$2; have_cmd=1; shift 2 ;;
+	-v|--verbose) verbose=1; shift ;;
+	--keep) keep=1; shift ;;
+	-h|--help) usage ;;
+	--) shift; tests+=("$@"); break ;;
+	-*) bad "unknown option '$1' (see scripts/vm.sh --help)" ;;
+	*) tests+=("$1"); shift ;;
+	esac
+done
+case "$accel" in auto|tcg|kvm) ;; *) bad "--accel must be auto, tcg or kvm, not '$accel'" ;; esac
+[[ $mem =~ ^[0-9]+[MG]?$ ]] || bad "--mem wants a size like 2G or 1536M, got '$mem'"
+if [ "$have_cmd" = 1 ] && [ ${#tests[@]} -gt 0 ]; then bad "give either --cmd or tests, not both"; fi
+if [ "$have_cmd" = 0 ] && [ ${#tests[@]} -eq 0 ]; then bad "nothing to run: give test executables or --cmd 'COMMAND' (see --help)"; fi
+
+# --- the tests: check them all before booting anything ---------------------
+# Each list entry is "<cwd>\t<command>"; labels name tests in the output.
+list=() labels=()
+if [ "$have_cmd" = 1 ]; then
+	[[ $cmd == *$'\n'* ]] && cmd=$(printf '%s' "$cmd" | tr '\n' ';')
+	list+=("$PWD"$'\t'"$cmd"); labels+=("cmd")
+else
+	for t in "${tests[@]}"; do
+		[ -e "$t" ] || bad "test '$t' does not exist"
+		[ -f "$t" ] || bad "test '$t' is not a file"
+		[ -x "$t" ] || bad "test '$t' is not executable (chmod +x it)"
+		abs=$(realpath "$t")
+		case "$abs" in /tmp/*|/run/*|/var/tmp/*|/proc/*|/sys/*|/dev/*)
+			bad "test '$t' lives in ${abs%/*}, which the guest does not share (its /tmp, /run, /var/tmp are its own); put it elsewhere" ;;
+		esac
+		list+=("${abs%/*}"$'\t'"$(printf '%q' "$abs")")
+		lbl=${abs#"$PEERMEM_ROOT"/}; lbl=${lbl#tests/}
+		labels+=("$lbl")
+	done
+fi
+ntests=${#list[@]}
+
+# --- the kernel ---------------------------------------------------------
+if [ -z "$kdir" ]; then
+	kdir=$("$PEERMEM_ROOT/scripts/kernel.sh" --print-kdir 2>/dev/null) ||
+		bad "no rig kernel built yet; run scripts/kernel.sh (or pass --kdir DIR)"
+fi
+[ -d "$kdir" ] || bad "--kdir '$kdir' is not a directory"
+kdir=$(realpath "$kdir")
+bzimage=$kdir/arch/x86/boot/bzImage
+[ -f "$bzimage" ] || bad "no kernel image at $bzimage; build the kernel (scripts/kernel.sh) or pass --kdir of a built tree"
+if [ -f "$kdir/.config" ]; then
+	for opt in CONFIG_9P_FS CONFIG_NET_9P_VIRTIO CONFIG_VIRTIO_PCI CONFIG_DEVTMPFS CONFIG_TMPFS CONFIG_SERIAL_8250_CONSOLE CONFIG_BINFMT_SCRIPT; do
+		grep -qx "$opt=y" "$kdir/.config" || bad "kernel in $kdir lacks $opt=y, which the VM needs (see tests/rig/base.config)"
+	done
+fi
+pm_need_cmd qemu-system-x86_64 "run scripts/setup-host.sh (it installs qemu-system-x86)"
+
+# --- accelerator: TCG unless a bounded KVM probe boot works ---------------
+probe_kvm() {
+	[ -r /dev/kvm ] && [ -w /dev/kvm ] || return 1
+	local out
+	# A real boot to a deliberate root-mount panic: if the kernel gets that
+	# far under KVM, KVM works. Nested KVM here aborts or hangs: bounded.
+	out=$(timeout -k 5 25 qemu-system-x86_64 -accel kvm -cpu host -m 512M -smp 1 \
+		-nodefaults -no-user-config -display none -no-reboot -serial stdio \
+		-kernel "$bzimage" -append "console=ttyS0 panic=-1 root=/dev/peermem-kvm-probe" \
+		</dev/null 2>&1)
+	grep -q -e 'Kernel panic' -e 'VFS: ' <<<"$out"
+}
+if [ "$accel" = auto ]; then
+	cachef=$PEERMEM_CACHE/vm-accel
+	key="$(uname -r) $(qemu-system-x86_64 --version | head -n1 | tr -d ' ')"
+	if [ -f "$cachef" ] && [ "$(sed -n 1p "$cachef")" = "$key" ]; then
+		accel=$(sed -n 2p "$cachef")
+	else
+		pm_log "vm: probing KVM (bounded; falls back to TCG)"
+		if probe_kvm; then accel=kvm; else accel=tcg; fi
+		mkdir -p "$PEERMEM_CACHE" && printf '%s\n%s\n' "$key" "$accel" > "$cachef"
+		pm_log "vm: accelerator $accel (cached in $cachef)"
+	fi
+fi
+if [ "$accel" = kvm ]; then accel_args=(-accel kvm -cpu host); else accel_args=(-accel tcg -cpu max); fi
+
+# --- the run directory (the writable share) ----------------------------------
+runs=$PEERMEM_CACHE/vm-runs
+mkdir -p "$runs" || bad "cannot create $runs"
+# Keep the last few runs for post-mortems.
+ls -1dt "$runs"/run.* 2>/dev/null | tail -n +8 | xargs -r rm -rf
+res=$(mktemp -d "$runs/run.$(date +%Y%m%d-%H%M%S).XXXX")
+mkdir -p "$res/out"
+for l in "${list[@]}"; do printf '%s\n' "$l"; done > "$res/tests.list"
+{
+	printf 'PEERMEM_ROOT=%q\n' "$PEERMEM_ROOT"
+	printf 'TEST_TIMEOUT=%q\n' "$test_timeout"
+	printf 'KMEMLEAK=%q\n' "$kmemleak"
+} > "$res/vm.conf"
+[ -n "$total_timeout" ] || total_timeout=$(( 180 + ntests * (test_timeout + 15) ))
+
+append="console=ttyS0 root=hostroot rootfstype=9p"
+append+=" rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose ro"
+append+=" init=$PEERMEM_ROOT/tests/vm/guest-init.sh panic=-1 printk.devkmsg=on log_buf_len=8M"
+append+=" no_hash_pointers hung_task_panic=0 loglevel=7"
+qemu=(qemu-system-x86_64 "${accel_args[@]}" -smp "$smp" -m "$mem"
+	-nodefaults -no-user-config -display none -no-reboot
+	-chardev stdio,id=con,signal=off -serial chardev:con
+	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap
+	-virtfs "local,path=$res,mount_tag=peermem-results,security_model=none,multidevs=remap"
+	-kernel "$bzimage" -append "$append")
+
+# --- TAP output ----------------------------------------------------------
+tapn=0 npass=0 nfail=0 nskip=0
+tap() { # tap ok|not-ok "description" [directive]
+	tapn=$((tapn + 1))
+	if [ "$1" = ok ]; then
+		printf 'ok %d - %s\n' "$tapn" "$2"
+		if [[ $2 =~ \#[[:space:]]*[Ss][Kk][Ii][Pp] ]]; then nskip=$((nskip + 1)); else npass=$((npass + 1)); fi
+	else
+		printf 'not ok %d - %s\n' "$tapn" "$2"; nfail=$((nfail + 1))
+	fi
+}
+declare -A test_done=()
+# Print test N's own TAP, renumbered into ours, then our verdict on how it ended.
+emit_test() {
+	local n=$1 lbl=${labels[$(($1 - 1))]} out=$res/out/$1 rc plan= seen=0 bad_seen=0 line st desc
+	test_done[$n]=1
+	rc=$(cat "$out.rc" 2>/dev/null || echo missing)
+	if [ "$have_cmd" = 1 ]; then
+		cat "$out" 2>/dev/null
+		[ "$rc" = 0 ] || printf 'peermem-vm: the command exited with status %s\n' "$rc" >&2
+		cmd_rc=$rc
+		return
+	fi
+	printf '# %s\n' "$lbl"
+	while IFS= read -r line || [ -n "$line" ]; do
+		line=${line%$'\r'}
+		if [[ $line =~ ^(not\ ok|ok)([[:space:]]+[0-9]+)?([[:space:]]+-)?[[:space:]]*(.*)$ ]]; then
+			st=${BASH_REMATCH[1]} desc=${BASH_REMATCH[4]}
+			seen=$((seen + 1))
+			if [ "$st" = ok ]; then tap ok "$lbl: $desc"; else tap not-ok "$lbl: $desc"; bad_seen=1; fi
+		elif [[ $line =~ ^1\.\.([0-9]+) ]]; then
+			plan=${BASH_REMATCH[1]}
+			[[ $line =~ \#[[:space:]]*[Ss][Kk][Ii][Pp] ]] && [ "$plan" = 0 ] && { tap ok "$lbl # SKIP ${line#*#}"; seen=$((seen + 1)); }
+		elif [[ $line =~ ^Bail\ out! ]]; then
+			tap not-ok "$lbl: $line"; bad_seen=1
+		elif [[ $line =~ ^TAP\ version ]]; then
+			:
+		elif [[ $line =~ ^# ]]; then
+			printf '%s\n' "$line"
+		else
+			printf '#   %s\n' "$line"
+		fi
+	done < "$out"
+	case "$rc" in
+	124|137) tap not-ok "$lbl: timed out after ${test_timeout}s (killed)" ;;
+	missing) tap not-ok "$lbl: no exit status came back from the guest" ;;
+	0)  if [ "$seen" = 0 ]; then tap not-ok "$lbl: printed no TAP result (a test must report something)"
+	    elif [ -n "$plan" ] && [ "$plan" != "$seen" ]; then tap not-ok "$lbl: planned $plan results, printed $seen"; fi ;;
+	4)  [ "$seen" = 0 ] && tap ok "$lbl # SKIP (exit status 4)" ;;
+	*)  if [ "$bad_seen" = 0 ]; then tap not-ok "$lbl: exited with status $rc"
+	    elif [ -n "$plan" ] && [ "$plan" != "$seen" ]; then tap not-ok "$lbl: planned $plan results, printed $seen"; fi ;;
+	esac
+}
+
+# --- boot and follow the console ------------------------------------------
+con=$res/console.log
+: > "$con"
+cmd_rc=0 booted=0 done_marker=0 cur=0 t_start=$(date +%s.%N) t_boot=
+[ "$have_cmd" = 1 ] || printf 'TAP version 13\n'
+pm_log "vm: booting $(basename "$(dirname "$kdir")")/$(basename "$kdir") ($accel, ${mem}, ${smp} cpus; $ntests test(s); limit ${total_timeout}s; log $con)"
+while IFS= read -r line; do
+	line=${line%$'\r'}
+	printf '%s\n' "$line" >> "$con"
+	[ "$verbose" = 1 ] && printf '%s\n' "$line" >&2
+	case "$line" in
+	*"peermem-vm: init"*)
+		booted=1; t_boot=$(date +%s.%N)
+		pm_log "vm: guest up after $(printf '%.1f' "$(echo "$t_boot - $t_start" | bc)")s" ;;
+	*"peermem-vm: begin test "*)
+		[[ $line =~ begin\ test\ ([0-9]+) ]] && cur=${BASH_REMATCH[1]} ;;
+	*"peermem-vm: end test "*)
+		[[ $line =~ end\ test\ ([0-9]+) ]] && emit_test "${BASH_REMATCH[1]}" ;;
+	*"peermem-vm: done"*) done_marker=1 ;;
+	*"peermem-vm: FATAL"*) printf '# %s\n' "${line#*peermem-vm: }" ;;
+	esac
+done < <(timeout -k 10 "$total_timeout" "${qemu[@]}" </dev/null 2>"$res/qemu.err"; echo $? > "$res/qemu.rc")
+qrc=$(cat "$res/qemu.rc" 2>/dev/null || echo '?')
+t_end=$(date +%s.%N)
+
+# --- how did the guest end? -----------------------------------------------
+label_of() { if [ "$1" -ge 1 ] 2>/dev/null; then echo "${labels[$(($1 - 1))]}"; else echo "boot"; fi; }
+running=
+[ "$cur" -gt 0 ] && [ -z "${test_done[$cur]:-}" ] && running=$cur
+if [ "$done_marker" = 0 ]; then
+	where="during boot"
+	[ "$booted" = 1 ] && where="after the tests"
+	[ -n "$running" ] && where="during test $running ($(label_of "$running"))"
+	if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then why="hung: killed after the ${total_timeout}s limit $where"
+	elif grep -q 'Kernel panic' "$con"; then why="kernel panicked $where"
+	else why="stopped unexpectedly $where (qemu exit status $qrc)"; fi
+	tap not-ok "guest $why"
+	if [ "$booted" = 0 ]; then
+		printf '#   last lines of the guest console:\n'; tail -n 25 "$con" | sed 's/^/#   | /'
+		[ -s "$res/qemu.err" ] && { printf '#   qemu said:\n'; sed 's/^/#   | /' "$res/qemu.err" | tail -n 10; }
+	fi
+	# A test cut short by a hang or panic still gets its output shown and a
+	# verdict; tests that never started are counted as failed, not forgotten.
+	if [ -n "$running" ]; then
+		printf '# %s (cut short; its output so far):\n' "$(label_of "$running")"
+		sed 's/^/#   /' "$res/out/$running" 2>/dev/null
+		tap not-ok "$(label_of "$running"): did not finish (guest $why)"
+		[ "$have_cmd" = 1 ] && cmd_rc=1
+	fi
+	for ((i = 1; i <= ntests; i++)); do
+		[ -n "${test_done[$i]:-}" ] || [ "$i" = "${running:-0}" ] || tap not-ok "$(label_of "$i"): not run (guest $why)"
+	done
+fi
+
+# --- kernel reports ------------------------------------------------------
+# The console is complete unless the kernel dropped messages; then the saved
+# dmesg (8 MiB buffer) is the better record.
+src=$con
+if grep -q 'printk messages dropped' "$con" && [ -s "$res/dmesg" ]; then src=$res/dmesg; fi
+allow=$PEERMEM_ROOT/tests/vm/known-reports
+reports=$res/reports
+awk -v allowf="$allow" '
+function label(n) { return n > 0 ? "test " n : "boot" }
+BEGIN {
+	nallow = 0
+	while ((getline l < allowf) > 0) if (l !~ /^[[:space:]]*(#|$)/) allowre[++nallow] = l
+	head  = "^([A-Za-z0-9_.-]+: )?(BUG:|WARNING:|INFO: |Oops|UBSAN:|KASAN|kernel BUG at|Kernel panic|general protection fault|unreferenced object|DMA-API: |Unable to handle kernel|list_(add|del) corruption|refcount_t: |kmemleak: .*(disabled|[Cc]annot|fail))"
+	anywh = "(blocked for more than [0-9]+ seconds|hung task|possible circular locking|inconsistent lock state|possible recursive locking|suspicious RCU usage|lock held when returning to user space)"
+	cur = 0; inrep = 0; nrep = 0
+}
+{
+	line = $0; msg = line
+	sub(/^\[ *[0-9]+\.[0-9]+\] /, "", msg)
+	hist[NR % 4] = line
+	if (msg ~ /^peermem-vm: begin test [0-9]+/) { split(msg, w, " "); cur = w[4] + 0; inrep = 0; next }
+	if (msg ~ /^peermem-vm: (end test|kmemleak scan|done)/) { if (msg ~ /^peermem-vm: end test/) cur = -cur; inrep = 0; next }
+	if (inrep) {
+		if (shown < 45) { print "E\t" line; shown++ }
+		if (msg ~ /---\[ end (trace|Kernel panic)/ || ++inlen >= 80) inrep = 0
+		next
+	}
+	if (msg ~ head || msg ~ anywh) {
+		for (i = 1; i <= nallow; i++) if (msg ~ allowre[i]) next
+		nrep++
+		where = cur > 0 ? "during test " cur : (cur < 0 ? "after test " (-cur) : "during boot")
+		print "R\t" (cur > 0 ? cur : (cur < 0 ? -cur : 0)) "\t" where "\t" msg
+		for (k = NR - 3; k < NR; k++) if (k > 0 && (k % 4) in hist) print "E\t" hist[k % 4]
+		print "E\t" line
+		inrep = 1; inlen = 0; shown = 4
+	}
+}' "$src" > "$reports"
+if [ -s "$reports" ]; then
+	nrep=$(grep -c '^R' "$reports")
+	shown=0
+	while IFS=$'\t' read -r kind a b c; do
+		if [ "$kind" = R ]; then
+			shown=$((shown + 1))
+			[ "$shown" -gt 20 ] && { tap not-ok "$((nrep - 20)) more kernel reports (see $src)"; break; }
+			if [ "$a" -gt 0 ]; then who="$b ($(label_of "$a"))"; else who=$b; fi
+			tap not-ok "kernel report $who: $c"
+		elif [ "$shown" -le 20 ]; then
+			printf '#   | %s\n' "$a${b:+	$b}${c:+	$c}"
+		fi
+	done < "$reports"
+fi
+if [ -s "$res/kmemleak" ] && grep -q 'unreferenced object' "$res/kmemleak"; then
+	nleak=$(grep -c 'unreferenced object' "$res/kmemleak")
+	tap not-ok "kmemleak: $nleak unreferenced object(s) after the tests (full list: $res/kmemleak)"
+	head -n 40 "$res/kmemleak" | sed 's/^/#   | /'
+fi
+
+# --- summary --------------------------------------------------------------
+elapsed=$(printf '%.1f' "$(echo "$t_end - $t_start" | bc)")
+boot=?; [ -n "$t_boot" ] && boot=$(printf '%.1f' "$(echo "$t_boot - $t_start" | bc)")
+if [ "$have_cmd" = 1 ]; then
+	if [ "$nfail" -gt 0 ]; then
+		pm_log "vm: FAILED (kernel reports or guest trouble above; run directory $res)"
+		exit 1
+	fi
+	[ "$keep" = 1 ] || rm -rf "$res"
+	pm_log "vm: done in ${elapsed}s (boot ${boot}s)"
+	[ "$cmd_rc" = 0 ] || exit 1
+	exit 0
+fi
+printf '1..%d\n' "$tapn"
+printf '# vm: %d passed, %d failed, %d skipped; boot %ss, total %ss (%s); run directory %s\n' \
+	"$npass" "$nfail" "$nskip" "$boot" "$elapsed" "$accel" "$res"
+if [ "$nfail" -gt 0 ]; then exit 1; fi
+[ "$keep" = 1 ] || rm -rf "$res"
+exit 0

@@ -1,0 +1,120 @@
+#!/bin/bash
+# PID 1 of the peermem rig VM (started by scripts/vm.sh, never by hand).
+#
+# The root filesystem is the host's / over virtio-9p, read-only. This script
+# makes the few writable places a system needs (tmpfs on /tmp, /run, ...),
+# mounts the writable results share that scripts/vm.sh exported (tag
+# peermem-results) and runs the tests listed there:
+#
+#   $RES/vm.conf      shell variables: TEST_TIMEOUT, KMEMLEAK, PEERMEM_ROOT
+#   $RES/tests.list   one test a line: "<cwd>\t<command>" (run with bash -c)
+#
+# For test N it writes $RES/out/N (stdout and stderr) and $RES/out/N.rc (exit
+# status; 124/137 = timed out). Progress markers go to the kernel log
+# (/dev/kmsg), so they land in the console stream in order with any kernel
+# report, which is how the runner knows which test a report belongs to:
+#
+#   peermem-vm: init                  the guest userspace is up
+#   peermem-vm: begin test N: CMD
+#   peermem-vm: end test N: rc=RC ms=MS
+#   peermem-vm: kmemleak scan         final leak scan (result in $RES/kmemleak)
+#   peermem-vm: done                  everything written; powering off
+#
+# PID 1 must never exit (the kernel would panic), so nothing here uses
+# `set -e`, and every path ends in a power-off.
+
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/tmp TERM=dumb LANG=C.UTF-8
+RES=/run/peermem-results
+
+kmsg() { echo "peermem-vm: $*" > /dev/kmsg 2>/dev/null || echo "peermem-vm: $*" > /dev/console; }
+
+power_off() {
+	sync
+	umount "$RES" 2>/dev/null
+	echo o > /proc/sysrq-trigger
+	# sysrq-o returns before the machine is off; never fall through.
+	while :; do sleep 10; done
+}
+
+fatal() { kmsg "FATAL: $*"; power_off; }
+
+# --- a writable system on a read-only root ---------------------------------
+mount -t proc -o nosuid,nodev,noexec proc /proc || fatal "cannot mount /proc"
+mount -t sysfs -o nosuid,nodev,noexec sysfs /sys || fatal "cannot mount /sys"
+# CONFIG_DEVTMPFS_MOUNT mounts /dev when the kernel mounts the root itself.
+grep -q ' /dev devtmpfs ' /proc/mounts || mount -t devtmpfs devtmpfs /dev || fatal "cannot mount /dev"
+mkdir -p /dev/pts /dev/shm 2>/dev/null
+mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
+mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
+for d in /tmp /var/tmp; do mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$d" || fatal "cannot mount tmpfs on $d"; done
+mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run || fatal "cannot mount tmpfs on /run"
+mkdir -p /run/lock /run/user
+mount -t debugfs -o nosuid,nodev,noexec debugfs /sys/kernel/debug || kmsg "warning: no debugfs"
+[ -d /sys/kernel/tracing ] && mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+[ -d /sys/fs/cgroup ] && mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+ln -sf /proc/self/fd /dev/fd 2>/dev/null
+
+mkdir -p "$RES"
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none peermem-results "$RES" ||
+	fatal "cannot mount the results share (tag peermem-results)"
+[ -f "$RES/vm.conf" ] || fatal "no $RES/vm.conf from the host"
+# From here on, this script's own chatter goes to a file, so that the serial
+# console carries only kernel messages (and our /dev/kmsg markers).
+exec >>"$RES/init.log" 2>&1
+# shellcheck source=/dev/null
+. "$RES/vm.conf"
+: "${TEST_TIMEOUT:=300}" "${KMEMLEAK:=1}"
+export PEERMEM_ROOT PEERMEM_VM=1 PEERMEM_RESULTS=$RES
+
+hostname peermem-vm 2>/dev/null
+ip link set lo up 2>/dev/null
+ulimit -l unlimited
+ulimit -c 0
+# Reports must reach the console without being rate-limited away.
+echo 0 > /proc/sys/kernel/printk_ratelimit 2>/dev/null
+
+leak=/sys/kernel/debug/kmemleak
+if [ "$KMEMLEAK" = 1 ] && [ -w "$leak" ]; then
+	# Boot-time allocations are not ours: scan once, forget what was found.
+	echo scan > "$leak"; echo clear > "$leak"
+else
+	KMEMLEAK=0
+fi
+kmsg "init (uptime $(cut -d' ' -f1 /proc/uptime)s, kmemleak=$KMEMLEAK)"
+
+mkdir -p "$RES/out"
+n=0
+last_end=$(date +%s)
+while IFS=$'\t' read -r cwd cmd; do
+	[ -n "$cmd" ] || continue
+	n=$((n + 1))
+	kmsg "begin test $n: $cmd"
+	t0=$(date +%s%N)
+	(
+		cd "$cwd" 2>/dev/null || cd /tmp
+		exec timeout -k 10 "$TEST_TIMEOUT" bash -c "$cmd"
+	) </dev/null >"$RES/out/$n" 2>&1
+	rc=$?
+	t1=$(date +%s%N)
+	echo "$rc" > "$RES/out/$n.rc"
+	# Nothing a test started may outlive it (servers, stuck children):
+	# signal -1 from PID 1 reaches every process but PID 1 itself.
+	kill -KILL -1 2>/dev/null
+	wait 2>/dev/null
+	kmsg "end test $n: rc=$rc ms=$(( (t1 - t0) / 1000000 ))"
+	last_end=$(date +%s)
+done < "$RES/tests.list"
+
+if [ "$KMEMLEAK" = 1 ]; then
+	# kmemleak reports only objects older than 5 s: let the last test's
+	# allocations age, then scan twice (the second scan confirms).
+	age=$(( $(date +%s) - last_end ))
+	[ "$age" -lt 6 ] && sleep $(( 6 - age ))
+	kmsg "kmemleak scan"
+	echo scan > "$leak"; echo scan > "$leak"
+	cat "$leak" > "$RES/kmemleak" 2>&1
+fi
+dmesg > "$RES/dmesg" 2>&1
+kmsg "done"
+power_off
