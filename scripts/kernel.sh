@@ -38,7 +38,7 @@ if [ "$print_only" = 1 ]; then
 fi
 
 pm_stage "kernel $RIG_KVER ($variant, config $cfg_hash): toolchain check"
-for c in make gcc flex bison bc cpio rustc bindgen dpkg-deb; do
+for c in make clang-19 ld.lld-19 flex bison bc cpio rustc bindgen dpkg-deb; do
 	pm_need_cmd "$c" "run scripts/setup-host.sh (or the README's setup) first"
 done
 export LIBCLANG_PATH=${LIBCLANG_PATH:-/usr/lib/llvm-19/lib}
@@ -100,7 +100,12 @@ fi
 
 pm_stage "kernel: configure $objdir"
 mkdir -p "$objdir"
-kmake() { make -C "$src" O="$objdir" "$@"; }
+# Clang/LLVM 19: KASAN together with Rust needs a clang-built kernel
+# (init/Kconfig: RUST depends on !KASAN || CC_IS_CLANG). Modules built
+# against this tree must use the same LLVM= (the Makefile reads it back).
+export LLVM=${LLVM:--19}
+kmake() { make -C "$src" O="$objdir" LLVM="$LLVM" "$@"; }
+echo "LLVM=$LLVM" > "$objdir/.peermem-make-args"
 if ! kmake -s rustavailable >"$objdir/rustavailable.log" 2>&1; then
 	cat "$objdir/rustavailable.log" >&2
 	pm_die "Rust is not available for linux $RIG_KVER (see above); run scripts/setup-host.sh, or set LIBCLANG_PATH"
