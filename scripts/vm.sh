@@ -11,6 +11,7 @@
 #   --accel auto|tcg|kvm  (default auto: KVM only if a bounded probe boot works;
 #                       the verdict is cached in $PEERMEM_CACHE/vm-accel)
 #   --mem SIZE --smp N  guest size (default 2G, 2)
+#   --env NAME=VALUE    set NAME in every test's environment (repeatable)
 #   --no-kmemleak       skip the final kmemleak scan
 #   -v, --verbose       stream the guest console while it runs
 #   --keep              keep the run directory even when everything passed
@@ -36,7 +37,7 @@ bad() { printf 'peermem: error: %s\n' "$*" >&2; exit 2; }
 
 kdir= test_timeout=300 total_timeout= accel=${PEERMEM_VM_ACCEL:-auto} mem=2G smp=2
 kmemleak=1 verbose=0 keep=0 cmd= have_cmd=0
-tests=()
+tests=() envs=()
 need_arg() { [ $# -ge 2 ] && [ -n "$2" ] || bad "option $1 needs a value (see scripts/vm.sh --help)"; }
 is_uint() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
 while [ $# -gt 0 ]; do
@@ -47,6 +48,7 @@ while [ $# -gt 0 ]; do
 	--accel) need_arg "$@"; accel=$2; shift 2 ;;
 	--mem) need_arg "$@"; mem=$2; shift 2 ;;
 	--smp) need_arg "$@"; is_uint "$2" || bad "--smp wants a CPU count, got '$2'"; smp=$2; shift 2 ;;
+	--env) need_arg "$@"; [[ $2 =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || bad "--env wants NAME=VALUE, got '$2'"; envs+=("$2"); shift 2 ;;
 	--no-kmemleak) kmemleak=0; shift ;;
 	--cmd) need_arg "$@"; cmd=$2; have_cmd=1; shift 2 ;;
 	-v|--verbose) verbose=1; shift ;;
@@ -73,7 +75,7 @@ else
 		[ -e "$t" ] || bad "test '$t' does not exist"
 		[ -f "$t" ] || bad "test '$t' is not a file"
 		[ -x "$t" ] || bad "test '$t' is not executable (chmod +x it)"
-		abs=$(realpath "$t")
+		abs=$(realpath -s "$t")
 		case "$abs" in /tmp/*|/run/*|/var/tmp/*|/proc/*|/sys/*|/dev/*)
 			bad "test '$t' lives in ${abs%/*}, which the guest does not share (its /tmp, /run, /var/tmp are its own); put it elsewhere" ;;
 		esac
@@ -138,6 +140,7 @@ for l in "${list[@]}"; do printf '%s\n' "$l"; done > "$res/tests.list"
 	printf 'PEERMEM_ROOT=%q\n' "$PEERMEM_ROOT"
 	printf 'TEST_TIMEOUT=%q\n' "$test_timeout"
 	printf 'KMEMLEAK=%q\n' "$kmemleak"
+	for e in "${envs[@]}"; do printf 'export %s=%q\n' "${e%%=*}" "${e#*=}"; done
 } > "$res/vm.conf"
 [ -n "$total_timeout" ] || total_timeout=$(( 180 + ntests * (test_timeout + 15) ))
 

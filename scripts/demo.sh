@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The demo: on a fresh Debian 12 machine, set everything up, build the rig
+# kernel and the module, boot the rig, load peermem, show what it offers
+# (modinfo, its debugfs counters), unload it, and check the kernel stayed
+# clean. Every step prints its elapsed time.
+#
+#   scripts/demo.sh [--skip-setup] [--kdir DIR]
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+cd "$PEERMEM_ROOT"
+
+skip_setup=0 kdir=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--skip-setup) skip_setup=1; shift ;;
+	--kdir) [ -n "${2:-}" ] || pm_die "--kdir needs a directory"; kdir=$2; shift 2 ;;
+	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) pm_die "unknown argument '$1'; usage: scripts/demo.sh [--skip-setup] [--kdir DIR]" ;;
+	esac
+done
+
+if [ "$skip_setup" = 0 ]; then
+	pm_stage "demo: host setup"
+	scripts/setup-host.sh
+fi
+if [ -z "$kdir" ]; then
+	pm_stage "demo: rig kernel"
+	kdir=$(scripts/kernel.sh --variant debug | tail -n 1)
+fi
+[ -f "$kdir/arch/x86/boot/bzImage" ] || pm_die "no built kernel in $kdir; run scripts/kernel.sh"
+margs=(KDIR="$kdir")
+if [ -f "$kdir/.peermem-make-args" ]; then read -ra extra < "$kdir/.peermem-make-args"; margs+=("${extra[@]}"); fi
+
+build() { # build DIR NAME
+	local log=$PEERMEM_CACHE/logs/demo-build-${2// /-}.log
+	mkdir -p "${log%/*}"
+	pm_stage "demo: build $2"
+	if ! make -C "$1" -j3 "${margs[@]}" >"$log" 2>&1; then
+		tail -n 20 "$log" >&2
+		pm_die "building $2 failed (full log: $log)"
+	fi
+}
+[ -f tests/gpusim/Makefile ] && build tests/gpusim gpusim
+[ -f Makefile ] || pm_die "no Makefile at the top of the repo: the module build is missing"
+build . "peermem module"
+[ -f peermem.ko ] || pm_die "the build did not produce peermem.ko"
+
+pm_stage "demo: boot the rig and run tests/vm/demo-guest.sh in it"
+scripts/vm.sh --kdir "$kdir" --no-kmemleak --cmd "bash $PEERMEM_ROOT/tests/vm/demo-guest.sh"
+pm_stage "demo: done"

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Host tests of the project's scripts (TAP):
+#  1. bad input gets one clear message and a non-zero exit, not a stack of
+#     make errors: unknown KDIR, a directory that is no kernel tree, a kernel
+#     tree without Rust, a missing toolchain, bogus options, missing tests;
+#  2. the VM runner really fails: a failing guest test, a test that prints
+#     no result, a hanging test, a kernel WARN, a KASAN report, a kmemleak
+#     leak, a guest panic and a guest that hangs all turn a run red, with the
+#     report attributed to the test that caused it; and a clean run is green.
+#     Part 2 needs a built rig kernel (KDIR, or scripts/kernel.sh --print-kdir);
+#     without one it is skipped. PEERMEM_SCRIPTS_NO_VM=1 skips it too.
+set -uo pipefail
+. "$(dirname "$0")/../../../scripts/lib.sh"
+cd "$PEERMEM_ROOT" || exit 1
+
+n=0 nfail=0
+ok()     { n=$((n + 1)); echo "ok $n - $*"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $*"; nfail=$((nfail + 1)); }
+skip()   { n=$((n + 1)); echo "ok $n - $* # SKIP"; }
+tmp=$(mktemp -d /tmp/peermem-scripts-test.XXXXXX); trap 'rm -rf "$tmp"' EXIT
+
+# expect_clean_error DESC WORD CMD...: CMD must exit non-zero with a short
+# message (at most 6 lines, at most one make "***" line) containing WORD.
+expect_clean_error() {
+	local desc=$1 word=$2 rc lines stars; shift 2
+	"$@" </dev/null >"$tmp/out" 2>&1; rc=$?
+	lines=$(grep -c . "$tmp/out"); stars=$(grep -cE 'make(\[[0-9]+\])?: \*\*\*|\*\*\* .*Stop\.' "$tmp/out")
+	if [ "$rc" != 0 ] && grep -qiF -- "$word" "$tmp/out" && [ "$lines" -le 6 ] && [ "$stars" -le 1 ]; then
+		ok "$desc: exit $rc, says: $(grep -iF -m1 -- "$word" "$tmp/out" | cut -c1-150)"
+	else
+		not_ok "$desc: want non-zero exit and <= 6 lines mentioning '$word'; got exit $rc, $lines lines:"
+		head -n 12 "$tmp/out" | sed 's/^/#   | /'
+	fi
+}
+
+# --- 1. bad input ---------------------------------------------------------
+mkdir -p "$tmp/notakernel" "$tmp/norust/include/config" "$tmp/bin"
+echo 'all:' > "$tmp/norust/Makefile"
+printf 'CONFIG_MODULES=y\n# CONFIG_RUST is not set\n' > "$tmp/norust/.config"
+printf 'CONFIG_MODULES=y\n' > "$tmp/norust/include/config/auto.conf"
+if [ -f Makefile ]; then
+	expect_clean_error "make KDIR=/nonexistent" "KDIR" make --no-print-directory KDIR=/nonexistent
+	expect_clean_error "make KDIR=<a directory that is no kernel tree>" "KDIR" make --no-print-directory KDIR="$tmp/notakernel"
+	expect_clean_error "make KDIR=<a kernel tree without CONFIG_RUST>" "rust" make --no-print-directory KDIR="$tmp/norust"
+else
+	not_ok "the top-level Makefile exists (make KDIR=... input checks cannot run)"
+fi
+expect_clean_error "scripts/kernel.sh --variant bogus" "variant" scripts/kernel.sh --variant bogus
+expect_clean_error "scripts/kernel.sh --frobnicate" "unknown argument" scripts/kernel.sh --frobnicate
+expect_clean_error "scripts/kernel.sh --print-kdir with an empty cache" "scripts/kernel.sh" \
+	env PEERMEM_CACHE="$tmp/cache" scripts/kernel.sh --print-kdir
+# A host without clang-19: every command but clang-19 on PATH.
+for d in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin "$HOME/.cargo/bin"; do
+	[ -d "$d" ] || continue
+	for f in "$d"/*; do
+		b=${f##*/}
+		[ "$b" = clang-19 ] || [ -e "$tmp/bin/$b" ] || ln -s "$f" "$tmp/bin/$b"
+	done
+done
+expect_clean_error "scripts/kernel.sh without clang-19 on PATH" "clang-19" \
+	env PATH="$tmp/bin" PEERMEM_CACHE="$tmp/cache" scripts/kernel.sh
+expect_clean_error "scripts/vm.sh with no tests" "nothing to run" scripts/vm.sh
+expect_clean_error "scripts/vm.sh with a test that does not exist" "does not exist" scripts/vm.sh --kdir "$tmp/notakernel" tests/guest/nosuch/t_nothing
+: > "$tmp/t_notexec"
+expect_clean_error "scripts/vm.sh with a test that is not executable" "not executable" scripts/vm.sh "$tmp/t_notexec"
+expect_clean_error "scripts/vm.sh with a test in /tmp (not shared with the guest)" "does not share" scripts/vm.sh "$PEERMEM_ROOT/tests/vm/t_env" "$(cp tests/vm/t_env "$tmp/t_x" && echo "$tmp/t_x")"
+expect_clean_error "scripts/vm.sh with a missing bzImage" "no kernel image" scripts/vm.sh --kdir "$tmp/notakernel" tests/vm/t_env
+expect_clean_error "scripts/vm.sh --kdir /nonexistent" "not a directory" scripts/vm.sh --kdir /nonexistent tests/vm/t_env
+expect_clean_error "scripts/vm.sh --timeout abc" "--timeout" scripts/vm.sh --timeout abc tests/vm/t_env
+expect_clean_error "scripts/vm.sh --accel bogus" "accel" scripts/vm.sh --accel bogus tests/vm/t_env
+expect_clean_error "scripts/vm.sh --frobnicate" "unknown option" scripts/vm.sh --frobnicate
+expect_clean_error "tests/run-all.sh --only nosucharea" "nosucharea" tests/run-all.sh --only nosucharea
+expect_clean_error "scripts/demo.sh --frobnicate" "unknown argument" scripts/demo.sh --frobnicate
+
+# --- 2. the VM runner fails when it must ------------------------------------
+kdir=${KDIR:-}
+[ -n "$kdir" ] || kdir=$(scripts/kernel.sh --print-kdir 2>/dev/null) || kdir=
+if [ "${PEERMEM_SCRIPTS_NO_VM:-0}" = 1 ] || [ -z "$kdir" ] || [ ! -f "$kdir/arch/x86/boot/bzImage" ]; then
+	skip "VM runner failure checks (no built rig kernel, or PEERMEM_SCRIPTS_NO_VM=1)"
+	echo "1..$n"; [ "$nfail" = 0 ]; exit
+fi
+
+# The throwaway report-provoking module, built outside the repo.
+fix=$PEERMEM_ROOT/tests/vm/fixtures
+scratch=$PEERMEM_CACHE/scratch/pmfixture
+rm -rf "$scratch"; mkdir -p "$scratch"
+cp "$fix/pmfixture.c" "$fix/Kbuild" "$scratch/"
+margs=(); [ -f "$kdir/.peermem-make-args" ] && read -ra margs < "$kdir/.peermem-make-args"
+if make -C "$kdir" M="$scratch" "${margs[@]}" modules >"$tmp/fixture-build.log" 2>&1 && [ -f "$scratch/pmfixture.ko" ]; then
+	ok "build the pmfixture module against $kdir"
+else
+	not_ok "build the pmfixture module against $kdir"; tail -n 15 "$tmp/fixture-build.log" | sed 's/^/#   | /'
+fi
+
+# has DESC REGEX: the last VM run's output has a line matching REGEX.
+has() { if grep -qE -- "$2" "$tmp/vm.out"; then ok "$1"; else not_ok "$1 (no line matching /$2/)"; fi; }
+hasnt() { if grep -qE -- "$2" "$tmp/vm.out"; then not_ok "$1 (unexpected: $(grep -E -m1 -- "$2" "$tmp/vm.out"))"; else ok "$1"; fi; }
+vm() { scripts/vm.sh --kdir "$kdir" "$@" >"$tmp/vm.out" 2>"$tmp/vm.err"; echo $?; }
+show_on_fail() { [ "$nfail" -gt "$1" ] && sed 's/^/#   > /' "$tmp/vm.out" | head -n 150; }
+
+# A clean run is green (and a boot alone reports nothing: no false alarms).
+f0=$nfail
+rc=$(vm "$fix/t_pass" tests/vm/t_env)
+if [ "$rc" = 0 ]; then ok "a clean VM run exits 0"; else not_ok "a clean VM run exits 0 (got $rc)"; fi
+has "the clean run counts 13+1 passed, 1 skipped" '^# vm: 14 passed, 0 failed, 1 skipped'
+hasnt "the clean run has no kernel report (boot and kmemleak are clean)" '^not ok'
+boot=$(sed -n 's/^# vm: .* boot \([0-9.]*\)s.*/\1/p' "$tmp/vm.out")
+echo "# boot took ${boot:-?}s"
+show_on_fail "$f0"
+
+# One boot, many ways to fail; each must be caught and attributed.
+f0=$nfail
+rc=$(vm --test-timeout 20 --env PMFIXTURE_KO="$scratch/pmfixture.ko" \
+	"$fix/t_pass" "$fix/t_fail" "$fix/t_silent" "$fix/t_kreport_warn" "$fix/t_kreport_kasan" \
+	"$fix/t_hang" "$fix/t_kreport_leak" "$fix/t_pass")
+if [ "$rc" = 1 ]; then ok "a failing VM run exits 1"; else not_ok "a failing VM run exits 1 (got $rc)"; fi
+has "a passing test's results come through, renumbered" '^ok 1 - vm/fixtures/t_pass: first$'
+has "SKIP directives are kept" '^ok 2 - vm/fixtures/t_pass: second # SKIP'
+has "a test's 'not ok' fails the run" '^not ok 4 - vm/fixtures/t_fail: this one fails on purpose'
+has "a test that prints no TAP fails" '^not ok [0-9]+ - vm/fixtures/t_silent: printed no TAP result'
+has "a test's non-TAP output is shown as a comment" '^#   some output that is not TAP'
+has "the report-provoking tests themselves passed" '^ok [0-9]+ - vm/fixtures/t_kreport_warn: insmod pmfixture mode=warn'
+has "a kernel WARN fails the run, attributed to its test" '^not ok [0-9]+ - kernel report during test 4 \(vm/fixtures/t_kreport_warn\): WARNING: '
+has "the WARN excerpt names the culprit" '^#   \| .*pmfixture'
+has "a KASAN report fails the run, attributed to its test" '^not ok [0-9]+ - kernel report during test 5 \(vm/fixtures/t_kreport_kasan\): BUG: KASAN: slab-out-of-bounds'
+has "a hanging test is killed at its limit and fails" '^not ok [0-9]+ - vm/fixtures/t_hang: timed out after 20s'
+has "the tests after a hang still run" '^ok [0-9]+ - vm/fixtures/t_kreport_leak: rmmod pmfixture'
+has "a kmemleak leak fails the run" '^not ok [0-9]+ - kmemleak: [0-9]+ unreferenced object'
+has "the leak excerpt shows the leaking module" '^#   \| .*pmfixture_init'
+hasnt "no report is pinned on an innocent test" 'kernel report .*(t_pass|t_fail|t_silent|t_hang)'
+last=$(grep -cE '^(not )?ok ' "$tmp/vm.out"); plan=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$tmp/vm.out")
+if [ -n "$plan" ] && [ "$plan" = "$last" ]; then ok "the plan (1..$plan) matches the results printed"; else not_ok "the plan '1..$plan' matches the $last results printed"; fi
+show_on_fail "$f0"
+
+# A guest kernel panic ends the run at once and fails it.
+f0=$nfail
+rc=$(vm --no-kmemleak --cmd 'echo c > /proc/sysrq-trigger')
+if [ "$rc" = 1 ]; then ok "a guest panic exits 1"; else not_ok "a guest panic exits 1 (got $rc)"; fi
+has "a guest panic is named as such" '^not ok [0-9]+ - guest kernel panicked during test 1 \(cmd\)'
+show_on_fail "$f0"
+
+# A guest that never finishes is killed at the run's limit and fails.
+f0=$nfail
+limit=$(awk -v b="${boot:-60}" 'BEGIN { printf "%d", b * 2 + 30 }')
+rc=$(vm --no-kmemleak --test-timeout 3600 --timeout "$limit" "$fix/t_hang")
+if [ "$rc" = 1 ]; then ok "a hung guest exits 1"; else not_ok "a hung guest exits 1 (got $rc)"; fi
+has "a hung guest is named as such, with its test" "^not ok [0-9]+ - guest hung: killed after the ${limit}s limit during test 1 \(vm/fixtures/t_hang\)"
+show_on_fail "$f0"
+
+echo "1..$n"
+[ "$nfail" = 0 ]
