@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Event counters, shown in `/sys/kernel/debug/peermem/`.
+//!
+//! Every counter only ever goes up; "live" quantities are differences
+//! (e.g. `pages_pinned - pages_unpinned`), so a reader never sees a torn
+//! pair of updates as a negative number. Code that does something calls
+//! e.g. `STATS.pages_pinned.add(n)`; the debugfs files are created from
+//! the list below, so a new counter needs no other change.
+
+use core::ffi::CStr;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// One monotonic event counter.
+///
+/// Relaxed atomics: a counter orders nothing, it is only read for
+/// statistics. `core`'s atomics keep this independent of the kernel
+/// crate's atomic API, which differs between the kernels peermem supports.
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// A counter at zero.
+    pub(crate) const fn new() -> Self {
+        Self(AtomicU64::new(0))
+    }
+
+    /// Adds `n` events (wrapping at `u64::MAX`, which no real count reaches).
+    #[cfg_attr(not(peermem_kunit), allow(dead_code))] // used by the client paths
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds one event.
+    #[cfg_attr(not(peermem_kunit), allow(dead_code))] // used by the client paths
+    pub(crate) fn inc(&self) {
+        self.add(1);
+    }
+
+    /// The current value.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Turns an identifier into a `&'static CStr` at compile time.
+macro_rules! c_name {
+    ($field:ident) => {{
+        const NAME: &CStr = match CStr::from_bytes_with_nul(concat!(stringify!($field), "\0").as_bytes()) {
+            Ok(name) => name,
+            Err(_) => panic!("counter names are plain identifiers"),
+        };
+        NAME
+    }};
+}
+
+macro_rules! define_stats {
+    ($($(#[doc = $doc:literal])+ $field:ident,)+) => {
+        /// peermem's counters; the field names are the debugfs file names.
+        pub(crate) struct Stats {
+            $($(#[doc = $doc])+ pub(crate) $field: Counter,)+
+        }
+
+        impl Stats {
+            /// All counters at zero.
+            pub(crate) const fn new() -> Self {
+                Self { $($field: Counter::new(),)+ }
+            }
+
+            /// Number of counters.
+            #[cfg_attr(not(peermem_kunit), allow(dead_code))]
+            pub(crate) const COUNT: usize = [$(stringify!($field),)+].len();
+
+            /// Calls `f` with the name and the counter, for every counter, in declaration order.
+            pub(crate) fn for_each<'a>(&'a self, mut f: impl FnMut(&'static CStr, &'a Counter)) {
+                $(f(c_name!($field), &self.$field);)+
+            }
+        }
+    };
+}
+
+define_stats! {
+    /// Ranges claimed in `acquire` (the range is GPU memory peermem serves).
+    registrations_acquired,
+    /// Claimed ranges given back in `release`.
+    registrations_released,
+    /// GPU pages (64 KiB) pinned through `nvidia_p2p_get_pages`.
+    pages_pinned,
+    /// GPU pages unpinned, by `put_pages` or because the GPU memory was freed.
+    pages_unpinned,
+    /// Bytes pinned (pages_pinned in bytes).
+    bytes_pinned,
+    /// Bytes unpinned.
+    bytes_unpinned,
+    /// Successful `dma_map` calls.
+    dma_maps,
+    /// `dma_unmap` calls, and mappings torn down by an invalidation.
+    dma_unmaps,
+    /// Scatter-list entries before coalescing: one per GPU page mapped.
+    sg_entries_uncoalesced,
+    /// Scatter-list entries handed to the core after coalescing contiguous pages.
+    sg_entries_coalesced,
+    /// Free callbacks received from the GPU driver.
+    free_callbacks,
+    /// Invalidations sent to the core because the GPU memory was freed.
+    invalidations_gpu_free,
+    /// Invalidations sent to the core because the process address space changed (MMU notifier).
+    invalidations_mmu_notifier,
+    /// Calls that failed, for any reason (each failure also logs why).
+    errors,
+}
+
+/// The module's counters.
+pub(crate) static STATS: Stats = Stats::new();
+
+#[cfg(peermem_kunit)]
+#[::kernel::macros::kunit_tests(peermem_stats)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_starts_at_zero_and_adds() {
+        let c = Counter::new();
+        assert_eq!(c.get(), 0);
+        c.inc();
+        c.add(41);
+        assert_eq!(c.get(), 42);
+        c.add(0);
+        assert_eq!(c.get(), 42);
+    }
+
+    #[test]
+    fn every_counter_is_listed_once_with_its_own_name() {
+        let stats = Stats::new();
+        let mut n = 0usize;
+        let mut names: [&CStr; Stats::COUNT] = [c""; Stats::COUNT];
+        stats.for_each(|name, counter| {
+            if n < Stats::COUNT {
+                names[n] = name;
+            }
+            n += 1;
+            // Each counter is a distinct object: bumping one by its index
+            // must show on that one only (checked below).
+            counter.add(n as u64);
+        });
+        assert_eq!(n, Stats::COUNT);
+        let mut i = 0;
+        while i < Stats::COUNT {
+            assert!(!names[i].to_bytes().is_empty());
+            let mut j = i + 1;
+            while j < Stats::COUNT {
+                assert!(names[i] != names[j]);
+                j += 1;
+            }
+            i += 1;
+        }
+        let mut k = 0u64;
+        stats.for_each(|_, counter| {
+            k += 1;
+            assert_eq!(counter.get(), k);
+        });
+        assert_eq!(stats.errors.get(), Stats::COUNT as u64);
+    }
+
+    #[test]
+    fn names_are_the_field_names() {
+        let stats = Stats::new();
+        let mut first: Option<&CStr> = None;
+        let mut last: Option<&CStr> = None;
+        stats.for_each(|name, _| {
+            if first.is_none() {
+                first = Some(name);
+            }
+            last = Some(name);
+        });
+        assert!(first == Some(c"registrations_acquired"));
+        assert!(last == Some(c"errors"));
+    }
+}
