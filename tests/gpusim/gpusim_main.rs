@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! gpusim: an emulated GPU for the peermem test rig.
+//!
+//! It exports the NVIDIA 550-series peer-to-peer interface
+//! (`nvidia_p2p_*`, see `include/nv_p2p_abi.h`) with the real names,
+//! signatures, layouts and version constants, so peermem and unmodified
+//! third-party clients link against it through `KBUILD_EXTRA_SYMBOLS`.
+//! User space gets "device memory" from `/dev/gpusim`. Behaviour, knobs and
+//! deviations from the real driver: docs/gpusim.md.
+
+use kernel::debugfs::Scope;
+use kernel::miscdevice::{MiscDeviceOptions, MiscDeviceRegistration};
+use kernel::prelude::*;
+
+mod abi;
+mod dev;
+mod glue;
+mod knobs;
+mod p2p;
+mod state;
+
+module! {
+    type: GpuSimModule,
+    name: "gpusim",
+    authors: ["peermem project"],
+    description: "Emulated GPU exporting the NVIDIA nvidia_p2p_* peer-to-peer interface (peermem test rig)",
+    license: "GPL",
+}
+
+#[pin_data(PinnedDrop)]
+struct GpuSimModule {
+    #[pin]
+    misc: MiscDeviceRegistration<dev::GpuSimFile>,
+    #[pin]
+    debugfs: Scope<()>,
+}
+
+impl kernel::InPlaceModule for GpuSimModule {
+    fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        // SAFETY: Module init runs once, before any entry point can be
+        // reached (the exports only resolve once init succeeded, the device
+        // and debugfs files are created below).
+        unsafe { state::init() };
+        try_pin_init!(Self {
+            debugfs <- knobs::debugfs(),
+            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gpusim" }),
+        })
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for GpuSimModule {
+    fn drop(self: Pin<&mut Self>) {
+        // No file is open (each holds a module reference) and no client is
+        // loaded (each holds one through the symbols it uses): anything
+        // still in the tables was leaked by a client.
+        state::teardown();
+    }
+}

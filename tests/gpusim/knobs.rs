@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Knobs and counters, exposed in `/sys/kernel/debug/gpusim/`.
+//!
+//! All are plain atomics in statics: the entry points read them without any
+//! lock, and debugfs reads/writes them through the kernel's debugfs
+//! abstraction. See docs/gpusim.md for the meaning of each file.
+
+use crate::abi::GPU_PAGE;
+use kernel::debugfs::{Scope, ScopedDir};
+use kernel::fmt;
+use kernel::prelude::*;
+use kernel::sync::atomic::{Atomic, Relaxed};
+use kernel::time::{delay::fsleep, Delta};
+use kernel::uaccess::UserSliceReader;
+
+/// A counter or knob.
+pub(crate) type Knob = Atomic<u64>;
+
+/// Sleep (µs) at the start of every entry point and before every free
+/// callback: widens race windows.
+pub(crate) static DELAY_US: Knob = Knob::new(0);
+/// Physical contiguity of new allocations in bytes: a multiple of 64 KiB;
+/// 0 means "the whole allocation" (capped to the allocator's maximum).
+pub(crate) static CONTIG_BYTES: Knob = Knob::new(GPU_PAGE);
+/// Largest allocation GPUSIM_IOC_ALLOC accepts (ENOMEM above).
+pub(crate) static MAX_ALLOC_BYTES: Knob = Knob::new(256 << 20);
+/// errno returned by put_pages / dma_unmap_pages / put_pages_persistent on
+/// an object that is already gone (put after the free callback, double
+/// put, double unmap). 0 reproduces the 550 driver, which returns 0.
+pub(crate) static STALE_ERRNO: Knob = Knob::new(22);
+/// errno of an injected failure.
+pub(crate) static FAIL_ERRNO: Knob = Knob::new(12);
+
+/// Allocations not yet freed by the user (free ioctl, close, exit).
+pub(crate) static LIVE_ALLOCS: Knob = Knob::new(0);
+/// Host memory still held: by live allocations, by mappings that outlive
+/// their allocation, and by pins.
+pub(crate) static LIVE_MEM_BYTES: Knob = Knob::new(0);
+/// Page tables handed out and not yet released (persistent ones included).
+pub(crate) static LIVE_PINS: Knob = Knob::new(0);
+/// The persistent ones among `LIVE_PINS`.
+pub(crate) static LIVE_PERSISTENT_PINS: Knob = Knob::new(0);
+/// DMA mappings handed out and not yet unmapped.
+pub(crate) static LIVE_DMA_MAPPINGS: Knob = Knob::new(0);
+/// CPU mappings (vmas) of gpusim memory.
+pub(crate) static LIVE_VMAS: Knob = Knob::new(0);
+/// Free callbacks called (total since load).
+pub(crate) static FREE_CALLBACKS: Knob = Knob::new(0);
+/// Calls refused because their object was already gone (see STALE_ERRNO).
+pub(crate) static STALE_CALLS: Knob = Knob::new(0);
+/// DMA mappings gpusim unmapped itself because their page table went away
+/// (put_pages or after a free callback) while they were still mapped.
+pub(crate) static DMA_REAPED: Knob = Knob::new(0);
+/// Failures injected through `fail/*`.
+pub(crate) static INJECTED: Knob = Knob::new(0);
+
+/// Per-entry-point call counter and failure injection.
+pub(crate) struct Entry {
+    /// Calls so far.
+    pub(crate) calls: Knob,
+    /// 0: off. N > 0: the N-th call from now fails with `FAIL_ERRNO`, then
+    /// this returns to 0.
+    pub(crate) fail_nth: Knob,
+}
+
+impl Entry {
+    const fn new() -> Self {
+        Self { calls: Knob::new(0), fail_nth: Knob::new(0) }
+    }
+
+    /// Bookkeeping at the start of an entry point: counts the call, sleeps
+    /// `DELAY_US`, and returns the injected errno (negative) if this is the
+    /// armed call.
+    pub(crate) fn enter(&self) -> core::result::Result<(), i32> {
+        self.calls.add(1, Relaxed);
+        delay();
+        loop {
+            let n = self.fail_nth.load(Relaxed);
+            if n == 0 {
+                return Ok(());
+            }
+            if self.fail_nth.cmpxchg(n, n - 1, Relaxed).is_ok() {
+                if n == 1 {
+                    INJECTED.add(1, Relaxed);
+                    return Err(-errno_of(&FAIL_ERRNO, 12));
+                }
+                return Ok(());
+            }
+        }
+    }
+}
+
+pub(crate) static E_ALLOC: Entry = Entry::new();
+pub(crate) static E_GET_PAGES: Entry = Entry::new();
+pub(crate) static E_GET_PAGES_PERSISTENT: Entry = Entry::new();
+pub(crate) static E_PUT_PAGES: Entry = Entry::new();
+pub(crate) static E_PUT_PAGES_PERSISTENT: Entry = Entry::new();
+pub(crate) static E_DMA_MAP: Entry = Entry::new();
+pub(crate) static E_DMA_UNMAP: Entry = Entry::new();
+
+/// The errno in `knob` if it is a valid one (1..=4095), else `default`.
+pub(crate) fn errno_of(knob: &Knob, default: i32) -> i32 {
+    match knob.load(Relaxed) {
+        n @ 1..=4095 => n as i32,
+        _ => default,
+    }
+}
+
+/// Sleeps `DELAY_US` microseconds (if non-zero).
+pub(crate) fn delay() {
+    let us = DELAY_US.load(Relaxed);
+    if us != 0 {
+        fsleep(Delta::from_micros(us.min(10_000_000) as i64));
+    }
+}
+
+/// Decrements a live counter (saturating, never wrapping below zero).
+pub(crate) fn dec(knob: &Knob, by: u64) {
+    let mut cur = knob.load(Relaxed);
+    loop {
+        let new = cur.saturating_sub(by);
+        match knob.cmpxchg(cur, new, Relaxed) {
+            Ok(_) => return,
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+fn show(k: &Knob, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "{}", k.load(Relaxed))
+}
+
+fn parse_u64(r: &mut UserSliceReader) -> Result<u64> {
+    let mut buf = [0u8; 24];
+    let n = r.len();
+    if n == 0 || n > buf.len() {
+        return Err(EINVAL);
+    }
+    r.read_slice(&mut buf[..n])?;
+    let s = core::str::from_utf8(&buf[..n]).map_err(|_| EINVAL)?;
+    s.trim().parse::<u64>().map_err(|_| EINVAL)
+}
+
+fn write_any(k: &Knob, r: &mut UserSliceReader) -> Result {
+    k.store(parse_u64(r)?, Relaxed);
+    Ok(())
+}
+
+fn write_contig(k: &Knob, r: &mut UserSliceReader) -> Result {
+    let v = parse_u64(r)?;
+    if v % GPU_PAGE != 0 || v > crate::glue::max_chunk_bytes() as u64 {
+        pr_warn!(
+            "gpusim: contig_bytes must be 0 or a multiple of 65536 up to {}\n",
+            crate::glue::max_chunk_bytes()
+        );
+        return Err(EINVAL);
+    }
+    k.store(v, Relaxed);
+    Ok(())
+}
+
+fn write_errno(k: &Knob, r: &mut UserSliceReader) -> Result {
+    let v = parse_u64(r)?;
+    if v > 4095 {
+        return Err(EINVAL);
+    }
+    k.store(v, Relaxed);
+    Ok(())
+}
+
+/// Writing anything to `reset_totals` zeroes the totals (not the live
+/// counters, which always describe what exists).
+fn write_reset(_k: &Knob, r: &mut UserSliceReader) -> Result {
+    let _ = parse_u64(r);
+    for k in [&FREE_CALLBACKS, &STALE_CALLS, &DMA_REAPED, &INJECTED] {
+        k.store(0, Relaxed);
+    }
+    for e in ENTRIES {
+        e.1.calls.store(0, Relaxed);
+        e.1.fail_nth.store(0, Relaxed);
+    }
+    Ok(())
+}
+
+static RESET_DUMMY: Knob = Knob::new(0);
+
+const ENTRIES: [(&CStr, &Entry); 7] = [
+    (c"alloc", &E_ALLOC),
+    (c"get_pages", &E_GET_PAGES),
+    (c"get_pages_persistent", &E_GET_PAGES_PERSISTENT),
+    (c"put_pages", &E_PUT_PAGES),
+    (c"put_pages_persistent", &E_PUT_PAGES_PERSISTENT),
+    (c"dma_map_pages", &E_DMA_MAP),
+    (c"dma_unmap_pages", &E_DMA_UNMAP),
+];
+
+fn populate(dir: &ScopedDir<'_, '_>) {
+    let ro: [(&CStr, &'static Knob); 10] = [
+        (c"live_allocs", &LIVE_ALLOCS),
+        (c"live_mem_bytes", &LIVE_MEM_BYTES),
+        (c"live_pins", &LIVE_PINS),
+        (c"live_persistent_pins", &LIVE_PERSISTENT_PINS),
+        (c"live_dma_mappings", &LIVE_DMA_MAPPINGS),
+        (c"live_vmas", &LIVE_VMAS),
+        (c"free_callbacks", &FREE_CALLBACKS),
+        (c"stale_calls", &STALE_CALLS),
+        (c"dma_reaped", &DMA_REAPED),
+        (c"injected_failures", &INJECTED),
+    ];
+    for (name, k) in ro {
+        dir.read_callback_file(name, k, &show);
+    }
+    dir.read_write_callback_file(c"delay_us", &DELAY_US, &show, &write_any);
+    dir.read_write_callback_file(c"max_alloc_bytes", &MAX_ALLOC_BYTES, &show, &write_any);
+    dir.read_write_callback_file(c"contig_bytes", &CONTIG_BYTES, &show, &write_contig);
+    dir.read_write_callback_file(c"stale_errno", &STALE_ERRNO, &show, &write_errno);
+    dir.read_write_callback_file(c"fail_errno", &FAIL_ERRNO, &show, &write_errno);
+    dir.write_only_callback_file(c"reset_totals", &RESET_DUMMY, &write_reset);
+    let fail = dir.dir(c"fail");
+    for (name, e) in ENTRIES {
+        fail.read_write_callback_file(name, &e.fail_nth, &show, &write_any);
+    }
+    let calls = dir.dir(c"calls");
+    for (name, e) in ENTRIES {
+        calls.read_callback_file(name, &e.calls, &show);
+    }
+}
+
+/// Creates `/sys/kernel/debug/gpusim/`; removed when the result is dropped.
+pub(crate) fn debugfs() -> impl PinInit<Scope<()>> {
+    Scope::dir((), c"gpusim", |_, dir| populate(dir))
+}

@@ -1,0 +1,642 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! gpusim's state: allocations ("device memory"), pins (page tables handed
+//! to clients) and DMA mappings, all under one global mutex, `STATE`.
+//!
+//! Lock order: `mmap_lock` -> `STATE`. `STATE` is never held while calling
+//! a client's free callback, while sleeping for the `delay_us` knob, or
+//! while calling into the mm (vm_mmap); it is held while mapping and
+//! unmapping DMA.
+//!
+//! Lifetimes: an [`Alloc`] (the backing memory) is reference counted. The
+//! allocation table holds one reference until the user frees it; the CPU
+//! mapping (vma) holds one; every pin holds one. The memory goes back to the
+//! page allocator when the last one is dropped, so no page a client or the
+//! CPU can still reach is ever freed.
+
+use crate::abi::*;
+use crate::glue::{self, Chunk};
+use crate::knobs::{self, *};
+use core::ptr;
+use kernel::bindings;
+use kernel::ffi::{c_int, c_void};
+use kernel::mm::Mm;
+use kernel::prelude::*;
+use kernel::sync::aref::ARef;
+use kernel::sync::atomic::Relaxed;
+use kernel::sync::{global_lock, Arc};
+
+/// The UUID every gpusim page table reports (`gpu_uuid`).
+const GPU_UUID: [u8; GPU_UUID_LEN] = *b"gpusim-emulated\0";
+
+/// Allocated host memory emulating one cudaMalloc'd range.
+///
+/// # Invariants
+///
+/// `_chunks` cover `size` bytes: every chunk but the last is `chunk_bytes`
+/// long; `chunk_phys[i] == _chunks[i].phys`. Immutable after creation.
+pub(crate) struct Alloc {
+    pub(crate) handle: u64,
+    pub(crate) size: usize,
+    pub(crate) chunk_bytes: usize,
+    pub(crate) chunk_phys: KVec<u64>,
+    /// The memory itself, owned: returned to the page allocator on drop.
+    _chunks: KVec<Chunk>,
+    /// The address space it was allocated in (identity only; holding the
+    /// reference keeps the pointer from being reused by another process).
+    mm: ARef<Mm>,
+}
+
+impl Alloc {
+    /// Host physical address of byte `off` of the allocation.
+    fn phys_at(&self, off: usize) -> u64 {
+        self.chunk_phys[off / self.chunk_bytes] + (off % self.chunk_bytes) as u64
+    }
+
+    fn in_mm(&self, mm: usize) -> bool {
+        self.mm.as_raw() as usize == mm
+    }
+}
+
+impl Drop for Alloc {
+    fn drop(&mut self) {
+        knobs::dec(&LIVE_MEM_BYTES, self.size as u64);
+        // `_chunks` go back to the page allocator as the fields drop.
+    }
+}
+
+/// Allocates `size` bytes in chunks of `chunk` bytes such that no chunk
+/// starts where the previous one ends: an ideal scatter-list coalescer
+/// then sees exactly `ceil(size / chunk)` physically contiguous runs.
+fn alloc_chunks(size: usize, chunk: usize) -> Result<KVec<Chunk>> {
+    let n = size.div_ceil(chunk);
+    let mut chunks = KVec::with_capacity(n, GFP_KERNEL)?;
+    // Blocks that happened to be adjacent to their predecessor; held until
+    // the end so the allocator hands out others, then returned.
+    let mut spacers = KVec::new();
+    for i in 0..n {
+        let bytes = chunk.min(size - i * chunk);
+        let mut tries = 0;
+        loop {
+            let c = Chunk::alloc(bytes)?;
+            let adjacent = match chunks.last() {
+                Some(prev) => {
+                    let prev: &Chunk = prev;
+                    prev.phys + chunk as u64 == c.phys
+                }
+                None => false,
+            };
+            if adjacent && tries < 16 {
+                tries += 1;
+                spacers.push(c, GFP_KERNEL)?;
+                continue;
+            }
+            chunks.push(c, GFP_KERNEL)?;
+            break;
+        }
+    }
+    drop(spacers);
+    Ok(chunks)
+}
+
+/// One allocation in the allocation table.
+pub(crate) struct AllocEntry {
+    pub(crate) alloc: Arc<Alloc>,
+    /// The open file it belongs to.
+    file_id: u64,
+    /// Its current virtual address, 0 if not mapped (yet, or any more).
+    va: usize,
+    /// Identity of the vma mapping it, 0 if none.
+    vma: usize,
+    /// Set between GPUSIM_IOC_ALLOC and its own mmap of the allocation:
+    /// only then does the mmap handler accept it.
+    map_pending: bool,
+}
+
+impl AllocEntry {
+    fn contains(&self, mm: usize, va: u64) -> bool {
+        self.va != 0
+            && self.alloc.in_mm(mm)
+            && va >= self.va as u64
+            && va < self.va as u64 + self.alloc.size as u64
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PinState {
+    /// Handed out, usable.
+    Live,
+    /// Its allocation is being freed: the free callback is running or
+    /// about to. put_pages refuses it; gpusim frees it after the callback.
+    Callback,
+}
+
+/// A page table handed to a client, and everything it owns.
+///
+/// # Invariants
+///
+/// `pt.pages` points to `page_ptrs`, whose entries point to the elements
+/// of `pages`; `pt.gpu_uuid` points to `uuid`. All live in this (boxed,
+/// never moved) object and are never resized. Every `pages` address lies
+/// inside `alloc`.
+pub(crate) struct PinObj {
+    pt: NvP2pPageTable,
+    pages: KVec<NvP2pPage>,
+    page_ptrs: KVec<*mut NvP2pPage>,
+    uuid: [u8; GPU_UUID_LEN],
+    alloc: Arc<Alloc>,
+    va: u64,
+    persistent: bool,
+    callback: FreeCallback,
+    data: *mut c_void,
+    state: PinState,
+    dmas: KVec<KBox<DmaObj>>,
+}
+
+// SAFETY: The raw pointers point into the object itself (see the type
+// invariants) or are the client's opaque `data`, which gpusim only passes
+// back to the client's callback; nothing is tied to a thread.
+unsafe impl Send for PinObj {}
+
+impl PinObj {
+    /// The address handed to the client: the identity of the pin.
+    fn key(&self) -> usize {
+        ptr::from_ref(&self.pt) as usize
+    }
+}
+
+impl Drop for PinObj {
+    fn drop(&mut self) {
+        if !self.dmas.is_empty() {
+            DMA_REAPED.add(self.dmas.len() as u64, Relaxed);
+        }
+        knobs::dec(&LIVE_PINS, 1);
+        if self.persistent {
+            knobs::dec(&LIVE_PERSISTENT_PINS, 1);
+        }
+        // `dmas` are unmapped, then `alloc` released, as the fields drop.
+    }
+}
+
+/// A DMA mapping handed to a client.
+///
+/// # Invariants
+///
+/// Each of `addrs` is a live streaming mapping of one 64 KiB page for
+/// `pdev`; `m.dma_addresses` points to `addrs` once published.
+pub(crate) struct DmaObj {
+    m: NvP2pDmaMapping,
+    addrs: KVec<u64>,
+    pdev: *mut bindings::pci_dev,
+}
+
+// SAFETY: `pdev` is only passed to the DMA API, which may be called from
+// any thread; the other pointers point into the object itself.
+unsafe impl Send for DmaObj {}
+
+impl DmaObj {
+    fn key(&self) -> usize {
+        ptr::from_ref(&self.m) as usize
+    }
+}
+
+impl Drop for DmaObj {
+    fn drop(&mut self) {
+        for &a in self.addrs.iter() {
+            // SAFETY: By the type invariant, `a` is a live mapping of one
+            // GPU page for `pdev`, unmapped exactly once, here.
+            unsafe { glue::dma_unmap(self.pdev, a, GPU_PAGE as usize) };
+        }
+        knobs::dec(&LIVE_DMA_MAPPINGS, 1);
+    }
+}
+
+/// Everything `STATE` protects.
+pub(crate) struct State {
+    allocs: KVec<AllocEntry>,
+    pins: KVec<KBox<PinObj>>,
+    next_handle: u64,
+    /// The registered rsync driver (identity), 0 if none.
+    pub(crate) rsync: usize,
+}
+
+impl State {
+    const fn new() -> Self {
+        Self { allocs: KVec::new(), pins: KVec::new(), next_handle: 1, rsync: 0 }
+    }
+
+    fn alloc_idx(&self, file_id: u64, handle: u64) -> Option<usize> {
+        self.allocs.iter().position(|e| e.file_id == file_id && e.alloc.handle == handle)
+    }
+
+    fn pin_idx(&self, key: usize) -> Option<usize> {
+        self.pins.iter().position(|p| p.key() == key)
+    }
+}
+
+global_lock! {
+    // SAFETY: Initialized in module init (`init()`), before any use.
+    pub(crate) unsafe(uninit) static STATE: Mutex<State> = State::new();
+}
+
+/// Initializes `STATE`.
+///
+/// # Safety
+///
+/// Must be called exactly once, from module init, before anything else.
+pub(crate) unsafe fn init() {
+    // SAFETY: Guaranteed by the caller.
+    unsafe { STATE.init() };
+}
+
+/// Frees whatever clients leaked by the time the module unloads.
+pub(crate) fn teardown() {
+    let (allocs, pins) = {
+        let mut st = STATE.lock();
+        (core::mem::take(&mut st.allocs), core::mem::take(&mut st.pins))
+    };
+    if !pins.is_empty() {
+        pr_warn!(
+            "gpusim: unloading with {} page table(s) still pinned: a client did not call \
+             nvidia_p2p_put_pages*(); freeing them\n",
+            pins.len()
+        );
+    }
+    knobs::dec(&LIVE_ALLOCS, allocs.len() as u64);
+    drop(pins);
+    drop(allocs);
+}
+
+/// The current process's address space (identity), or EINVAL for a kernel
+/// thread.
+fn current_mm() -> Result<usize> {
+    match kernel::current!().mm() {
+        Some(mm) => Ok(mm.as_raw() as usize),
+        None => Err(EINVAL),
+    }
+}
+
+/// Contiguity for a new allocation of `size` bytes (from `contig_bytes`).
+fn chunk_for(size: usize) -> usize {
+    let max = glue::max_chunk_bytes();
+    let want = match CONTIG_BYTES.load(Relaxed) as usize {
+        0 => size,
+        c => c,
+    };
+    want.min(size).min(max)
+}
+
+/// Creates an allocation of `size` bytes (a multiple of 64 KiB) for the
+/// open file `file_id`, waiting to be mapped. Returns (handle, chunk bytes).
+pub(crate) fn alloc(file_id: u64, size: usize) -> Result<(u64, usize)> {
+    let mm = match kernel::current!().mm() {
+        Some(mm) => ARef::<Mm>::from(&**mm),
+        None => return Err(EINVAL),
+    };
+    let chunk = chunk_for(size);
+    let chunks = alloc_chunks(size, chunk)?;
+    let mut chunk_phys = KVec::with_capacity(chunks.len(), GFP_KERNEL)?;
+    for c in chunks.iter() {
+        chunk_phys.push(c.phys, GFP_KERNEL)?;
+    }
+    let mut st = STATE.lock();
+    let handle = st.next_handle;
+    // INVARIANT: `alloc_chunks` returned chunks covering `size` in units
+    // of `chunk`, and `chunk_phys` mirrors them.
+    let alloc = Arc::new(
+        Alloc { handle, size, chunk_bytes: chunk, chunk_phys, _chunks: chunks, mm },
+        GFP_KERNEL,
+    )?;
+    LIVE_MEM_BYTES.add(size as u64, Relaxed);
+    st.allocs.push(
+        AllocEntry { alloc, file_id, va: 0, vma: 0, map_pending: true },
+        GFP_KERNEL,
+    )?;
+    st.next_handle += 1;
+    LIVE_ALLOCS.add(1, Relaxed);
+    Ok((handle, chunk))
+}
+
+/// The mmap handler's part: claims allocation `handle` of `file_id` for
+/// the vma `vma` being created at `start` with `len` bytes. Only the mmap
+/// GPUSIM_IOC_ALLOC itself issues is accepted.
+pub(crate) fn mmap_claim(
+    file_id: u64,
+    handle: u64,
+    vma: usize,
+    start: usize,
+    len: usize,
+) -> Result<Arc<Alloc>> {
+    let mm = current_mm()?;
+    let mut st = STATE.lock();
+    let i = st.alloc_idx(file_id, handle).ok_or(EINVAL)?;
+    let e = &mut st.allocs[i];
+    if !e.map_pending || e.alloc.size != len || !e.alloc.in_mm(mm) {
+        return Err(EINVAL);
+    }
+    e.map_pending = false;
+    e.va = start;
+    e.vma = vma;
+    Ok(e.alloc.clone())
+}
+
+/// Undoes [`mmap_claim`] when installing the mapping failed.
+pub(crate) fn mmap_unclaim(alloc: &Alloc, vma: usize) {
+    let mut st = STATE.lock();
+    if let Some(e) = st.allocs.iter_mut().find(|e| e.alloc.handle == alloc.handle) {
+        if e.vma == vma {
+            e.va = 0;
+            e.vma = 0;
+        }
+    }
+}
+
+/// The mapping `vma` of `alloc` went away (munmap, exit): the allocation
+/// stays, but its address no longer resolves for get_pages.
+pub(crate) fn vma_closed(alloc: &Alloc, vma: usize) {
+    let mut st = STATE.lock();
+    if let Some(e) = st.allocs.iter_mut().find(|e| e.alloc.handle == alloc.handle) {
+        if e.vma == vma {
+            e.va = 0;
+            e.vma = 0;
+        }
+    }
+}
+
+/// mremap() moved the mapping of `alloc` to `vma` at `start`.
+pub(crate) fn vma_moved(alloc: &Alloc, vma: usize, start: usize) {
+    let mut st = STATE.lock();
+    if let Some(e) = st.allocs.iter_mut().find(|e| e.alloc.handle == alloc.handle) {
+        if e.vma != 0 {
+            e.va = start;
+            e.vma = vma;
+        }
+    }
+}
+
+/// Address and size of a live allocation of `file_id`, and its pin count.
+pub(crate) fn info(file_id: u64, handle: u64) -> Result<(usize, usize, usize, usize)> {
+    let st = STATE.lock();
+    let e = &st.allocs[st.alloc_idx(file_id, handle).ok_or(ENOENT)?];
+    let pins = st.pins.iter().filter(|p| Arc::ptr_eq(&p.alloc, &e.alloc)).count();
+    Ok((e.va, e.alloc.size, e.alloc.chunk_bytes, pins))
+}
+
+/// Frees allocation `handle` of `file_id` (GPUSIM_IOC_FREE).
+pub(crate) fn free(file_id: u64, handle: u64) -> Result {
+    let alloc = {
+        let mut st = STATE.lock();
+        let i = st.alloc_idx(file_id, handle).ok_or(ENOENT)?;
+        st.allocs.remove(i).map_err(|_| ENOENT)?.alloc
+    };
+    retire(alloc);
+    Ok(())
+}
+
+/// Frees every allocation of `file_id` (the file is being released: close
+/// or process exit).
+pub(crate) fn release_file(file_id: u64) {
+    loop {
+        let alloc = {
+            let mut st = STATE.lock();
+            let Some(i) = st.allocs.iter().position(|e| e.file_id == file_id) else {
+                return;
+            };
+            match st.allocs.remove(i) {
+                Ok(e) => e.alloc,
+                Err(_) => return,
+            }
+        };
+        retire(alloc);
+    }
+}
+
+/// An allocation was just removed from the table: call the free callback
+/// of every non-persistent pin on it, one at a time, waiting for each to
+/// return, then free that page table (and any DMA mapping the client left).
+/// The memory goes when the last reference (vma, persistent pin) drops.
+fn retire(alloc: Arc<Alloc>) {
+    knobs::dec(&LIVE_ALLOCS, 1);
+    loop {
+        let (key, callback, data) = {
+            let mut st = STATE.lock();
+            let Some(p) = st.pins.iter_mut().find(|p| {
+                Arc::ptr_eq(&p.alloc, &alloc) && !p.persistent && p.state == PinState::Live
+            }) else {
+                break;
+            };
+            p.state = PinState::Callback;
+            (p.key(), p.callback, p.data)
+        };
+        knobs::delay();
+        if let Some(f) = callback {
+            // SAFETY: `f` and `data` were given to nvidia_p2p_get_pages by
+            // the client, whose contract is that `f(data)` may be called
+            // until the pages are put; they were not put (state Live).
+            unsafe { f(data) };
+        }
+        FREE_CALLBACKS.add(1, Relaxed);
+        let pin = {
+            let mut st = STATE.lock();
+            st.pin_idx(key).and_then(|i| st.pins.remove(i).ok())
+        };
+        // Unmaps leftover DMA mappings and frees the page table.
+        drop(pin);
+    }
+    drop(alloc);
+}
+
+/// Whether `len` bytes at `va` are a valid pin request shape.
+fn check_range(va: u64, len: u64) -> Result<usize> {
+    if len == 0 || va % GPU_PAGE != 0 || len % GPU_PAGE != 0 {
+        return Err(EINVAL);
+    }
+    va.checked_add(len).ok_or(EINVAL)?;
+    let entries = len / GPU_PAGE;
+    if entries > u32::MAX as u64 {
+        return Err(EINVAL);
+    }
+    Ok(entries as usize)
+}
+
+/// nvidia_p2p_get_pages / _persistent: pins `len` bytes at `va` of the
+/// calling process. Returns the page table to hand out.
+pub(crate) fn get_pages(
+    va: u64,
+    len: u64,
+    persistent: bool,
+    callback: FreeCallback,
+    data: *mut c_void,
+) -> Result<*mut NvP2pPageTable> {
+    let entries = check_range(va, len)?;
+    let mm = current_mm()?;
+    // Allocate outside the lock what does not depend on the allocation.
+    let mut pages = KVec::with_capacity(entries, GFP_KERNEL)?;
+    let mut page_ptrs = KVec::with_capacity(entries, GFP_KERNEL)?;
+
+    let mut st = STATE.lock();
+    let (base, alloc) = {
+        let e = st.allocs.iter().find(|e| e.contains(mm, va)).ok_or(EINVAL)?;
+        (e.va as u64, e.alloc.clone())
+    };
+    // A range running past the allocation (into a neighbour or a hole) is
+    // refused, as the real driver refuses ranges crossing allocations.
+    if va + len > base + alloc.size as u64 {
+        return Err(EINVAL);
+    }
+    let off = (va - base) as usize;
+    for i in 0..entries {
+        pages.push(
+            NvP2pPage {
+                physical_address: alloc.phys_at(off + i * GPU_PAGE as usize),
+                registers: [0; 6],
+            },
+            GFP_KERNEL,
+        )?;
+    }
+    LIVE_PINS.add(1, Relaxed);
+    if persistent {
+        LIVE_PERSISTENT_PINS.add(1, Relaxed);
+    }
+    // From here on, dropping `pin` undoes the counters (PinObj::drop).
+    let mut pin = KBox::new(
+        PinObj {
+            pt: NvP2pPageTable {
+                version: PAGE_TABLE_VERSION,
+                page_size: PAGE_SIZE_64KB,
+                pages: ptr::null_mut(),
+                entries: entries as u32,
+                gpu_uuid: ptr::null_mut(),
+            },
+            pages,
+            page_ptrs: KVec::new(),
+            uuid: GPU_UUID,
+            alloc,
+            va,
+            persistent,
+            callback,
+            data,
+            state: PinState::Live,
+            dmas: KVec::new(),
+        },
+        GFP_KERNEL,
+    )?;
+    for p in pin.pages.iter_mut() {
+        page_ptrs.push(ptr::from_mut(p), GFP_KERNEL)?;
+    }
+    pin.page_ptrs = page_ptrs;
+    // INVARIANT: the pointers go into this boxed object, whose vectors are
+    // complete and never resized again.
+    pin.pt.pages = pin.page_ptrs.as_mut_ptr();
+    pin.pt.gpu_uuid = pin.uuid.as_mut_ptr();
+    let pt = ptr::from_mut(&mut pin.pt);
+    st.pins.push(pin, GFP_KERNEL)?;
+    Ok(pt)
+}
+
+/// The return value for a call on an object that is already gone.
+fn stale() -> c_int {
+    STALE_CALLS.add(1, Relaxed);
+    match STALE_ERRNO.load(Relaxed) {
+        0 => 0,
+        _ => -knobs::errno_of(&STALE_ERRNO, 22),
+    }
+}
+
+/// nvidia_p2p_put_pages / _persistent on page table `key`.
+pub(crate) fn put_pages(va: u64, key: usize, persistent: bool) -> c_int {
+    let pin = {
+        let mut st = STATE.lock();
+        let Some(i) = st.pin_idx(key) else {
+            return stale();
+        };
+        let p = &st.pins[i];
+        if p.persistent != persistent || p.va != va {
+            return EINVAL.to_errno();
+        }
+        if p.state == PinState::Callback {
+            return stale();
+        }
+        match st.pins.remove(i) {
+            Ok(p) => p,
+            Err(_) => return stale(),
+        }
+    };
+    drop(pin);
+    0
+}
+
+/// nvidia_p2p_dma_map_pages: maps page table `key` for `pdev`.
+///
+/// # Safety
+///
+/// `pdev` must point to a live `struct pci_dev` (the client's promise).
+pub(crate) unsafe fn dma_map(
+    pdev: *mut bindings::pci_dev,
+    key: usize,
+) -> Result<*mut NvP2pDmaMapping> {
+    // SAFETY: Guaranteed by the caller.
+    if !unsafe { glue::pci_dma_capable(pdev) } {
+        return Err(EINVAL);
+    }
+    let mut st = STATE.lock();
+    let i = st.pin_idx(key).ok_or(EINVAL)?;
+    let pin = &mut st.pins[i];
+    if pin.state != PinState::Live {
+        return Err(EINVAL);
+    }
+    let n = pin.pages.len();
+    LIVE_DMA_MAPPINGS.add(1, Relaxed);
+    // From here on, dropping `d` unmaps what it holds and undoes the count.
+    let mut d = KBox::new(
+        DmaObj {
+            m: NvP2pDmaMapping {
+                version: DMA_MAPPING_VERSION,
+                page_size_type: pin.pt.page_size,
+                entries: n as u32,
+                dma_addresses: ptr::null_mut(),
+                private: ptr::null_mut(),
+                pci_dev: pdev,
+            },
+            addrs: KVec::new(),
+            pdev,
+        },
+        GFP_KERNEL,
+    )?;
+    d.addrs.reserve(n, GFP_KERNEL)?;
+    for page in pin.pages.iter() {
+        // SAFETY: `pdev` is live and DMA capable; the page belongs to
+        // `pin.alloc`, which outlives the mapping (the mapping is owned by
+        // the pin, which owns a reference to the allocation).
+        let a = unsafe { glue::dma_map(pdev, page.physical_address, GPU_PAGE as usize) }?;
+        // INVARIANT: `a` is a live mapping of one GPU page for `pdev`.
+        d.addrs.push(a, GFP_KERNEL)?;
+    }
+    d.m.dma_addresses = d.addrs.as_mut_ptr();
+    let m = ptr::from_mut(&mut d.m);
+    pin.dmas.push(d, GFP_KERNEL)?;
+    Ok(m)
+}
+
+/// nvidia_p2p_dma_unmap_pages: unmaps mapping `mkey` of page table `key`.
+pub(crate) fn dma_unmap(pdev: *mut bindings::pci_dev, key: usize, mkey: usize) -> c_int {
+    let d = {
+        let mut st = STATE.lock();
+        let Some(i) = st.pin_idx(key) else {
+            return stale();
+        };
+        let pin = &mut st.pins[i];
+        let Some(j) = pin.dmas.iter().position(|d| d.key() == mkey) else {
+            return stale();
+        };
+        if pin.dmas[j].pdev != pdev {
+            return EINVAL.to_errno();
+        }
+        match pin.dmas.remove(j) {
+            Ok(d) => d,
+            Err(_) => return stale(),
+        }
+    };
+    drop(d);
+    0
+}
