@@ -54,7 +54,7 @@ if [ -z "$deb" ]; then
 		pm_die "apt knows no linux-source-$RIG_KVER; run scripts/setup-host.sh (it adds trixie-backports for 7.3) and apt-get update"
 	fi
 	pm_log "wanted linux-source-$RIG_KVER, apt offers version $cand"
-	(cd "$debdir" && apt-get download -q "linux-source-$RIG_KVER=$cand" >/dev/null) ||
+	(cd "$debdir" && apt-get download -q -o APT::Sandbox::User=root "linux-source-$RIG_KVER=$cand" >/dev/null) ||
 		pm_die "apt-get download linux-source-$RIG_KVER=$cand failed; check the network and apt sources"
 	deb=$(ls "$debdir"/linux-source-"$RIG_KVER"_*.deb | sort -V | tail -n1)
 fi
