@@ -11,7 +11,9 @@
 #   KDIR=/path/to/kernel/build tests/host/abi/run.sh
 #
 # Environment: KDIR (a built kernel tree), NV_REF_VERSION (upstream version
-# of the reference package, default 550.163.01), PEERMEM_CACHE.
+# of the reference package, default 550.163.01), PEERMEM_CACHE,
+# ABI_INCLUDE_DIR (where our two headers are, default include/: point it at
+# a modified copy to see the test catch a change without touching the tree).
 # The reference package is downloaded with apt-get into $PEERMEM_CACHE/debs
 # if it is not there yet; its headers are extracted under $PEERMEM_CACHE/src.
 set -uo pipefail
@@ -19,6 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../../scripts/lib.sh"
 
 NV_REF_VERSION=${NV_REF_VERSION:-550.163.01}
+ABI_INCLUDE_DIR=${ABI_INCLUDE_DIR:-$PEERMEM_ROOT/include}
 pkg=nvidia-open-kernel-dkms
 
 # Setup failures are one TAP failure plus one line on stderr saying what to do.
@@ -95,5 +98,5 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/peermem-abi.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 python3 "$here/abicheck.py" --kdir "$KDIR" --kbuild-cmd "$cmdfile" --stubs "$here/stubs" --work "$work" \
-	--pair peer_mem "$peer_mem_h" "$PEERMEM_ROOT/include/peer_mem_abi.h" \
-	--pair nv_p2p "$nv_p2p_h" "$PEERMEM_ROOT/include/nv_p2p_abi.h"
+	--pair peer_mem "$peer_mem_h" "$ABI_INCLUDE_DIR/peer_mem_abi.h" \
+	--pair nv_p2p "$nv_p2p_h" "$ABI_INCLUDE_DIR/nv_p2p_abi.h"
