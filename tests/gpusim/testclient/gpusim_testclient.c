@@ -1,0 +1,426 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * gpusim_testclient - a minimal third-party nvidia_p2p client, written
+ * against include/nv_p2p_abi.h only and linked against gpusim through
+ * KBUILD_EXTRA_SYMBOLS, as any unmodified client of the NVIDIA driver would
+ * be. It exists so the gpusim tests can drive the kernel-side interface
+ * from user space: see gpusim_testclient.h for the commands.
+ *
+ * Registrations belong to the open file. The free callback only marks its
+ * registration (under the file's mutex) and never touches the page table
+ * afterwards; on release, pinned registrations are put, and a put that
+ * gpusim refuses because the free callback is pending is followed by
+ * waiting for that callback, so the callback's data is never freed under it.
+ */
+#include <linux/delay.h>
+#include <linux/fs.h>
+#include <linux/io.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
+
+#include "../../../include/nv_p2p_abi.h"
+#include "gpusim_testclient.h"
+
+#define TC_GPU_PAGE (64ULL * 1024)
+
+struct tc_file;
+
+struct tc_reg {
+	struct list_head node;
+	struct tc_file *tc;
+	u32 id;
+	u32 flags;
+	u64 va, len;
+	/* Handed out by gpusim; only used while @pinned. */
+	struct nvidia_p2p_page_table *pt;
+	struct nvidia_p2p_dma_mapping *dma;
+	bool persistent;
+	bool pinned;
+	unsigned int callbacks;
+	int cb_ret;
+	unsigned int cb_delay_ms;
+	wait_queue_head_t wq;
+};
+
+struct tc_file {
+	struct mutex lock;	/* protects the list and every registration */
+	struct list_head regs;
+	u32 next_id;
+};
+
+/* The PCI device used as DMA peer: the first one with a DMA mask. */
+static struct pci_dev *tc_peer;
+
+static struct tc_reg *tc_find(struct tc_file *tc, u32 id)
+{
+	struct tc_reg *r;
+
+	list_for_each_entry(r, &tc->regs, node)
+		if (r->id == id)
+			return r;
+	return NULL;
+}
+
+static void tc_free_callback(void *data)
+{
+	struct tc_reg *r = data;
+	struct tc_file *tc = r->tc;
+
+	if (r->cb_delay_ms)
+		msleep(r->cb_delay_ms);
+	mutex_lock(&tc->lock);
+	if (r->flags & GPUSIM_TC_CB_UNMAP && r->dma) {
+		r->cb_ret = nvidia_p2p_dma_unmap_pages(tc_peer, r->pt, r->dma);
+		if (!r->cb_ret)
+			r->cb_ret = nvidia_p2p_free_dma_mapping(r->dma);
+	}
+	if (r->flags & GPUSIM_TC_CB_PUT)
+		r->cb_ret = nvidia_p2p_put_pages(0, 0, r->va, r->pt);
+	nvidia_p2p_free_page_table(r->pt);
+	/* gpusim frees the page table (and any DMA mapping) after we return. */
+	r->dma = NULL;
+	r->pinned = false;
+	r->callbacks++;
+	mutex_unlock(&tc->lock);
+	wake_up_all(&r->wq);
+}
+
+static unsigned int tc_runs_pt(struct nvidia_p2p_page_table *pt)
+{
+	unsigned int i, runs = pt->entries ? 1 : 0;
+
+	for (i = 1; i < pt->entries; i++)
+		if (pt->pages[i]->physical_address !=
+		    pt->pages[i - 1]->physical_address + TC_GPU_PAGE)
+			runs++;
+	return runs;
+}
+
+static unsigned int tc_runs_dma(struct nvidia_p2p_dma_mapping *m)
+{
+	unsigned int i, runs = m->entries ? 1 : 0;
+
+	for (i = 1; i < m->entries; i++)
+		if (m->dma_addresses[i] != m->dma_addresses[i - 1] + TC_GPU_PAGE)
+			runs++;
+	return runs;
+}
+
+static void tc_fill(struct tc_reg *r, struct gpusim_tc_req *q)
+{
+	q->id = r->id;
+	q->callbacks = r->callbacks;
+	q->pinned = r->pinned;
+	q->cb_ret = r->cb_ret;
+	if (r->pinned) {
+		q->entries = r->pt->entries;
+		q->page_size = r->pt->page_size;
+		q->version_ok = NVIDIA_P2P_PAGE_TABLE_VERSION_COMPATIBLE(r->pt);
+		q->phys0 = r->pt->entries ? r->pt->pages[0]->physical_address : 0;
+		q->runs = tc_runs_pt(r->pt);
+		if (r->dma) {
+			q->dma_entries = r->dma->entries;
+			q->dma0 = r->dma->entries ? r->dma->dma_addresses[0] : 0;
+			q->dma_runs = tc_runs_dma(r->dma);
+			q->version_ok &= NVIDIA_P2P_DMA_MAPPING_VERSION_COMPATIBLE(r->dma);
+		}
+	}
+}
+
+static long tc_get(struct tc_file *tc, struct gpusim_tc_req *q)
+{
+	struct tc_reg *r = kzalloc(sizeof(*r), GFP_KERNEL);
+
+	if (!r)
+		return -ENOMEM;
+	r->tc = tc;
+	r->flags = q->flags;
+	r->va = q->va;
+	r->len = q->len;
+	r->cb_delay_ms = q->cb_delay_ms;
+	r->persistent = q->flags & GPUSIM_TC_PERSISTENT;
+	init_waitqueue_head(&r->wq);
+
+	/*
+	 * The lock is held across get_pages, so an early callback waits for
+	 * the registration to be complete.
+	 */
+	mutex_lock(&tc->lock);
+	r->id = tc->next_id++;
+	if (r->persistent)
+		q->ret = nvidia_p2p_get_pages_persistent(q->va, q->len, &r->pt,
+			(q->flags & GPUSIM_TC_BAD_FLAGS) ? 1 : 0);
+	else
+		q->ret = nvidia_p2p_get_pages(
+			(q->flags & GPUSIM_TC_TOKEN) ? 1 : 0, 0, q->va, q->len,
+			&r->pt,
+			(q->flags & GPUSIM_TC_NULL_CB) ? NULL : tc_free_callback,
+			(q->flags & GPUSIM_TC_NULL_DATA) ? NULL : r);
+	if (q->ret == 0 && !r->pt)
+		q->ret = -EPROTO;	/* success must hand out a page table */
+	if (q->ret != 0 && r->pt)
+		q->ret = -EPROTO;	/* failure must leave it NULL */
+	if (q->ret) {
+		mutex_unlock(&tc->lock);
+		kfree(r);
+		q->id = 0;
+		return 0;
+	}
+	r->pinned = true;
+	list_add_tail(&r->node, &tc->regs);
+	tc_fill(r, q);
+	mutex_unlock(&tc->lock);
+	return 0;
+}
+
+/* Caller holds tc->lock. Calls put even on a registration that is no
+ * longer pinned (with its stale page table pointer): gpusim must refuse. */
+static int tc_put_locked(struct tc_reg *r)
+{
+	int ret;
+
+	if (r->persistent)
+		ret = nvidia_p2p_put_pages_persistent(r->va, r->pt, 0);
+	else
+		ret = nvidia_p2p_put_pages(0, 0, r->va, r->pt);
+	if (ret == 0 && r->pinned) {
+		r->pinned = false;
+		r->dma = NULL;
+	}
+	return ret;
+}
+
+/* Put if pinned, then wait until no free callback can still come. */
+static void tc_retire(struct tc_file *tc, struct tc_reg *r)
+{
+	int ret = 0;
+
+	mutex_lock(&tc->lock);
+	if (r->pinned)
+		ret = tc_put_locked(r);
+	mutex_unlock(&tc->lock);
+	if (ret && !r->persistent &&
+	    !wait_event_timeout(r->wq, READ_ONCE(r->callbacks) > 0, 30 * HZ))
+		pr_err("gpusim_testclient: free callback of registration %u never came after put_pages returned %d\n",
+		       r->id, ret);
+}
+
+static long tc_copy(struct tc_file *tc, struct gpusim_tc_req *q, bool write)
+{
+	struct tc_reg *r;
+	u64 done = 0;
+	long err = 0;
+
+	mutex_lock(&tc->lock);
+	r = tc_find(tc, q->id);
+	if (!r) {
+		err = -ENOENT;
+		goto out;
+	}
+	if (!r->pinned || q->off > r->len || q->len > r->len - q->off) {
+		err = -EINVAL;
+		goto out;
+	}
+	while (done < q->len) {
+		u64 pos = q->off + done;
+		u64 in_page = pos % TC_GPU_PAGE;
+		u64 n = min(q->len - done, TC_GPU_PAGE - in_page);
+		void *k = phys_to_virt(r->pt->pages[pos / TC_GPU_PAGE]->physical_address + in_page);
+		void __user *u = u64_to_user_ptr(q->buf + done);
+
+		if (write ? copy_from_user(k, u, n) : copy_to_user(u, k, n)) {
+			err = -EFAULT;
+			goto out;
+		}
+		done += n;
+	}
+out:
+	mutex_unlock(&tc->lock);
+	return err;
+}
+
+static long tc_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
+{
+	struct tc_file *tc = f->private_data;
+	void __user *up = (void __user *)arg;
+	struct gpusim_tc_req q;
+	struct tc_reg *r;
+	long err = 0;
+
+	if (_IOC_TYPE(cmd) != GPUSIM_TC_MAGIC || _IOC_SIZE(cmd) != sizeof(q))
+		return -ENOTTY;
+	if (copy_from_user(&q, up, sizeof(q)))
+		return -EFAULT;
+
+	switch (cmd) {
+	case GPUSIM_TC_GET:
+		err = tc_get(tc, &q);
+		break;
+	case GPUSIM_TC_PUT:
+		mutex_lock(&tc->lock);
+		r = tc_find(tc, q.id);
+		if (r) {
+			q.ret = tc_put_locked(r);
+			tc_fill(r, &q);
+		} else {
+			err = -ENOENT;
+		}
+		mutex_unlock(&tc->lock);
+		break;
+	case GPUSIM_TC_DMA_MAP:
+		mutex_lock(&tc->lock);
+		r = tc_find(tc, q.id);
+		if (!r || !r->pinned) {
+			err = r ? -EINVAL : -ENOENT;
+		} else if (!tc_peer && !(q.flags & GPUSIM_TC_NULL_PEER)) {
+			err = -ENODEV;
+		} else {
+			struct nvidia_p2p_dma_mapping *m = NULL;
+
+			q.ret = nvidia_p2p_dma_map_pages(
+				(q.flags & GPUSIM_TC_NULL_PEER) ? NULL : tc_peer,
+				r->pt, &m);
+			if (q.ret == 0 && !m)
+				q.ret = -EPROTO;
+			if (q.ret != 0 && m)
+				q.ret = -EPROTO;
+			if (q.ret == 0) {
+				if (r->dma)	/* keep the newest; tests map once */
+					nvidia_p2p_dma_unmap_pages(tc_peer, r->pt, r->dma);
+				r->dma = m;
+			}
+			tc_fill(r, &q);
+		}
+		mutex_unlock(&tc->lock);
+		break;
+	case GPUSIM_TC_DMA_UNMAP:
+		mutex_lock(&tc->lock);
+		r = tc_find(tc, q.id);
+		if (!r) {
+			err = -ENOENT;
+		} else {
+			/* Deliberately also on a stale mapping: gpusim must refuse. */
+			q.ret = nvidia_p2p_dma_unmap_pages(tc_peer, r->pt, r->dma);
+			if (q.ret == 0 && r->pinned)
+				r->dma = NULL;
+			tc_fill(r, &q);
+		}
+		mutex_unlock(&tc->lock);
+		break;
+	case GPUSIM_TC_STATUS:
+		mutex_lock(&tc->lock);
+		r = tc_find(tc, q.id);
+		if (r)
+			tc_fill(r, &q);
+		else
+			err = -ENOENT;
+		mutex_unlock(&tc->lock);
+		break;
+	case GPUSIM_TC_READ:
+	case GPUSIM_TC_WRITE:
+		err = tc_copy(tc, &q, cmd == GPUSIM_TC_WRITE);
+		break;
+	case GPUSIM_TC_GUP: {
+		struct page *page;
+
+		q.ret = pin_user_pages_fast(q.va, 1, FOLL_WRITE, &page);
+		if (q.ret > 0)
+			unpin_user_pages(&page, q.ret);
+		break;
+	}
+	case GPUSIM_TC_FORGET:
+		mutex_lock(&tc->lock);
+		r = tc_find(tc, q.id);
+		if (r)
+			list_del(&r->node);
+		mutex_unlock(&tc->lock);
+		if (!r)
+			return -ENOENT;
+		tc_retire(tc, r);
+		kfree(r);
+		break;
+	default:
+		return -ENOTTY;
+	}
+	if (err)
+		return err;
+	if (copy_to_user(up, &q, sizeof(q)))
+		return -EFAULT;
+	return 0;
+}
+
+static int tc_open(struct inode *inode, struct file *f)
+{
+	struct tc_file *tc = kzalloc(sizeof(*tc), GFP_KERNEL);
+
+	if (!tc)
+		return -ENOMEM;
+	mutex_init(&tc->lock);
+	INIT_LIST_HEAD(&tc->regs);
+	tc->next_id = 1;
+	f->private_data = tc;
+	return 0;
+}
+
+static int tc_release(struct inode *inode, struct file *f)
+{
+	struct tc_file *tc = f->private_data;
+	struct tc_reg *r, *tmp;
+
+	list_for_each_entry_safe(r, tmp, &tc->regs, node) {
+		list_del(&r->node);
+		tc_retire(tc, r);
+		kfree(r);
+	}
+	mutex_destroy(&tc->lock);
+	kfree(tc);
+	return 0;
+}
+
+static const struct file_operations tc_fops = {
+	.owner = THIS_MODULE,
+	.open = tc_open,
+	.release = tc_release,
+	.unlocked_ioctl = tc_ioctl,
+};
+
+static struct miscdevice tc_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "gpusim_testclient",
+	.fops = &tc_fops,
+};
+
+static int __init tc_init(void)
+{
+	struct pci_dev *pdev = NULL;
+
+	while ((pdev = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, pdev))) {
+		if (pdev->dev.dma_mask && *pdev->dev.dma_mask) {
+			tc_peer = pci_dev_get(pdev);
+			pci_dev_put(pdev);
+			break;
+		}
+	}
+	if (tc_peer)
+		pr_info("gpusim_testclient: DMA peer is %s\n", pci_name(tc_peer));
+	else
+		pr_info("gpusim_testclient: no PCI device with a DMA mask; DMA commands return ENODEV\n");
+	return misc_register(&tc_misc);
+}
+
+static void __exit tc_exit(void)
+{
+	misc_deregister(&tc_misc);
+	pci_dev_put(tc_peer);
+}
+
+module_init(tc_init);
+module_exit(tc_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("Test client of the nvidia_p2p_* interface for gpusim (peermem test rig)");

@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * gpusim_test.h - shared helpers of the gpusim guest tests: TAP output,
+ * module loading, the debugfs knobs and counters, and thin wrappers of the
+ * /dev/gpusim and /dev/gpusim_testclient ioctls.
+ *
+ * Every test: gs_setup() (loads gpusim and its test client if needed,
+ * resets the knobs), its checks, then gs_finish(), which asserts that no
+ * allocation, pin, DMA mapping, mapping or memory is left over, and
+ * returns the exit status (non-zero if any check failed).
+ */
+#ifndef GPUSIM_TEST_H
+#define GPUSIM_TEST_H
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../gpusim/gpusim_uapi.h"
+#include "../../gpusim/testclient/gpusim_testclient.h"
+
+#define GPU_PAGE ((uint64_t)GPUSIM_GPU_PAGE_SIZE)
+#define DBG "/sys/kernel/debug/gpusim/"
+
+static int tap_n, tap_fail;
+
+static void __attribute__((format(printf, 2, 3))) ok(int cond, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%sok %d - ", cond ? "" : "not ", ++tap_n);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	if (!cond)
+		tap_fail++;
+}
+
+static void __attribute__((format(printf, 1, 2))) skip(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("ok %d - ", ++tap_n);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf(" # SKIP\n");
+	fflush(stdout);
+}
+
+static void __attribute__((format(printf, 1, 2))) diag(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("# ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+/* Stop the test now: a failed precondition makes the rest meaningless. */
+static void __attribute__((noreturn, format(printf, 1, 2))) bail(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("not ok %d - ", ++tap_n);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf(" (bailing out)\n1..%d\n", tap_n);
+	exit(1);
+}
+
+/* ---- debugfs */
+
+static long long dbg_get(const char *name)
+{
+	char path[256], buf[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), DBG "%s", name);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		bail("open %s: %s", path, strerror(errno));
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		bail("read %s", path);
+	buf[n] = 0;
+	return strtoll(buf, NULL, 0);
+}
+
+/* Returns 0 or -errno of the write (knobs validate what they accept). */
+static int dbg_set(const char *name, long long v)
+{
+	char path[256], buf[64];
+	int fd, len, ret = 0;
+
+	snprintf(path, sizeof(path), DBG "%s", name);
+	fd = open(path, O_WRONLY);
+	if (fd < 0)
+		bail("open %s: %s", path, strerror(errno));
+	len = snprintf(buf, sizeof(buf), "%lld\n", v);
+	if (write(fd, buf, len) != len)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+/* ---- modules */
+
+static const char *root_dir(void)
+{
+	const char *r = getenv("PEERMEM_ROOT");
+
+	return r && *r ? r : "/work/main";
+}
+
+static int load_module(const char *rel)
+{
+	char path[512];
+	int fd, ret;
+
+	snprintf(path, sizeof(path), "%s/%s", root_dir(), rel);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ret = syscall(SYS_finit_module, fd, "", 0);
+	ret = ret ? -errno : 0;
+	close(fd);
+	return ret == -EEXIST ? 0 : ret;
+}
+
+static int module_loaded(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/module/%s", name);
+	return access(path, F_OK) == 0;
+}
+
+static void gs_reset_knobs(void)
+{
+	dbg_set("delay_us", 0);
+	dbg_set("contig_bytes", 65536);
+	dbg_set("stale_errno", 22);
+	dbg_set("fail_errno", 12);
+	dbg_set("max_alloc_bytes", 256 << 20);
+	dbg_set("reset_totals", 1);	/* also disarms every fail/<entry> */
+}
+
+static void gs_setup(void)
+{
+	int ret;
+
+	if (!module_loaded("gpusim")) {
+		ret = load_module("tests/gpusim/gpusim.ko");
+		if (ret)
+			bail("load gpusim.ko from %s/tests/gpusim: %s (build it with make -C tests/gpusim)",
+			     root_dir(), strerror(-ret));
+	}
+	if (!module_loaded("gpusim_testclient")) {
+		ret = load_module("tests/gpusim/testclient/gpusim_testclient.ko");
+		if (ret)
+			bail("load gpusim_testclient.ko: %s", strerror(-ret));
+	}
+	if (access(DBG "live_pins", R_OK))
+		bail("no %s (is debugfs mounted?)", DBG);
+	gs_reset_knobs();
+}
+
+/* Everything gpusim hands out must be gone once a test has cleaned up. */
+static void gs_check_zero(const char *when)
+{
+	static const char *const live[] = {
+		"live_allocs", "live_pins", "live_persistent_pins",
+		"live_dma_mappings", "live_vmas", "live_mem_bytes",
+	};
+	unsigned int i;
+
+	for (i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+		long long v = dbg_get(live[i]);
+
+		ok(v == 0, "%s: %s is 0 (is %lld)", when, live[i], v);
+	}
+}
+
+static int gs_finish(void)
+{
+	gs_check_zero("at the end");
+	gs_reset_knobs();
+	printf("1..%d\n", tap_n);
+	return tap_fail ? 1 : 0;
+}
+
+/* ---- /dev/gpusim */
+
+static int gs_open(void)
+{
+	int fd = open("/dev/gpusim", O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		bail("open /dev/gpusim: %s", strerror(errno));
+	return fd;
+}
+
+/* Returns 0 or -errno; fills *a. */
+static int gs_alloc_at(int fd, uint64_t size, uint64_t addr, struct gpusim_alloc *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->size = size;
+	a->addr = addr;
+	return ioctl(fd, GPUSIM_IOC_ALLOC, a) ? -errno : 0;
+}
+
+/* Allocates or bails; returns the address. */
+static void *gs_alloc(int fd, uint64_t size, uint64_t *handle)
+{
+	struct gpusim_alloc a;
+	int ret = gs_alloc_at(fd, size, 0, &a);
+
+	if (ret)
+		bail("GPUSIM_IOC_ALLOC of %llu bytes: %s", (unsigned long long)size, strerror(-ret));
+	if (handle)
+		*handle = a.handle;
+	return (void *)(uintptr_t)a.addr;
+}
+
+static int gs_free(int fd, uint64_t handle)
+{
+	struct gpusim_free f = { .handle = handle };
+
+	return ioctl(fd, GPUSIM_IOC_FREE, &f) ? -errno : 0;
+}
+
+static int gs_info(int fd, uint64_t handle, struct gpusim_info *i)
+{
+	memset(i, 0, sizeof(*i));
+	i->handle = handle;
+	return ioctl(fd, GPUSIM_IOC_INFO, i) ? -errno : 0;
+}
+
+/* ---- /dev/gpusim_testclient */
+
+static int tc_open(void)
+{
+	int fd = open("/dev/gpusim_testclient", O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		bail("open /dev/gpusim_testclient: %s", strerror(errno));
+	return fd;
+}
+
+/* Issue a test-client command; returns the ioctl's -errno or 0. */
+static int tc_cmd(int fd, unsigned long cmd, struct gpusim_tc_req *q)
+{
+	return ioctl(fd, cmd, q) ? -errno : 0;
+}
+
+/* Pin [va, va+len) of the calling process; returns nvidia_p2p_get_pages's
+ * return value and fills *q (q->id is the registration). */
+static int tc_get(int fd, const void *va, uint64_t len, uint32_t flags,
+		  struct gpusim_tc_req *q)
+{
+	int ret;
+
+	memset(q, 0, sizeof(*q));
+	q->va = (uintptr_t)va;
+	q->len = len;
+	q->flags = flags;
+	ret = tc_cmd(fd, GPUSIM_TC_GET, q);
+	if (ret)
+		bail("GPUSIM_TC_GET ioctl: %s", strerror(-ret));
+	return q->ret;
+}
+
+/* Run an id-based command; bails if the registration is unknown. */
+static int tc_id(int fd, unsigned long cmd, uint32_t id, uint32_t flags,
+		 struct gpusim_tc_req *q)
+{
+	int ret;
+
+	memset(q, 0, sizeof(*q));
+	q->id = id;
+	q->flags = flags;
+	ret = tc_cmd(fd, cmd, q);
+	if (ret)
+		bail("test-client command %#lx on registration %u: %s", cmd, id, strerror(-ret));
+	return q->ret;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void fill_pattern(void *p, size_t len, uint32_t seed)
+{
+	uint32_t *w = p;
+	size_t i;
+
+	for (i = 0; i < len / 4; i++)
+		w[i] = seed ^ (uint32_t)(i * 2654435761u);
+}
+
+static int check_pattern(const void *p, size_t len, uint32_t seed)
+{
+	const uint32_t *w = p;
+	size_t i;
+
+	for (i = 0; i < len / 4; i++)
+		if (w[i] != (seed ^ (uint32_t)(i * 2654435761u)))
+			return 0;
+	return 1;
+}
+
+#endif /* GPUSIM_TEST_H */
