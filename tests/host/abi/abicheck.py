@@ -181,7 +181,8 @@ def enumerate_header(clang, stubs, header, work, tag):
             "-std=gnu11", "-ffreestanding", "-fno-color-diagnostics"]
     p = run(base + ["-fsyntax-only", "-Xclang", "-ast-dump=json", tu], check_rc=False)
     if p.returncode != 0:
-        raise SetupError("cannot parse %s for enumeration:\n%s" % (header, p.stderr))
+        raise SetupError("cannot parse %s for enumeration (if it uses kernel types or macros that the "
+                         "stand-ins in tests/host/abi/stubs lack, add them there):\n%s" % (header, p.stderr))
     ast = json.loads(p.stdout)
     h = Header()
 
