@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * core_test.h - helpers of the peer-memory core guest tests: TAP output,
+ * module loading, debugfs counters, rxe0 bring-up and an RC loopback
+ * connection on rxe0 for RDMA WRITE/READ.
+ *
+ * The tests run as root in the rig VM (scripts/vm.sh) with PEERMEM_ROOT
+ * set; they use libibverbs from the shared root and iproute2's ip/rdma.
+ */
+#ifndef CORE_TEST_H
+#define CORE_TEST_H
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int tap_n, tap_fail;
+
+static void __attribute__((format(printf, 2, 3))) ok(int cond, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%sok %d - ", cond ? "" : "not ", ++tap_n);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	if (!cond)
+		tap_fail++;
+}
+
+static void __attribute__((format(printf, 1, 2))) diag(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("# ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+static void __attribute__((noreturn, format(printf, 1, 2))) bail(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("Bail out! ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	exit(1);
+}
+
+static int finish(void)
+{
+	printf("1..%d\n", tap_n);
+	return tap_fail ? 1 : 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	fflush(stdout);
+	rc = system(cmd);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* A decimal counter file; -1 if unreadable. */
+static long long read_ll(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static long long read_ll(const char *fmt, ...)
+{
+	char path[512];
+	long long v;
+	va_list ap;
+	FILE *f;
+
+	va_start(ap, fmt);
+	vsnprintf(path, sizeof(path), fmt, ap);
+	va_end(ap);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+static int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, s, strlen(s));
+	close(fd);
+	return n < 0 ? -errno : 0;
+}
+
+/* VmPin of this process in KiB (the pinned_vm the RDMA core charges). */
+static long vm_pin_kb(void)
+{
+	char line[256];
+	long v = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmPin: %ld kB", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+/* ---- the core's per-client counters ---- */
+
+struct peer_stats {
+	long long alloc_mrs, dealloc_mrs, reg_pages, dereg_pages;
+	long long reg_bytes, dereg_bytes, free_callbacks, invalidated_mrs;
+};
+
+static int peer_stats(const char *client, struct peer_stats *s)
+{
+	const char *d = "/sys/kernel/debug/peer_memory";
+
+	s->alloc_mrs = read_ll("%s/%s/num_alloc_mrs", d, client);
+	s->dealloc_mrs = read_ll("%s/%s/num_dealloc_mrs", d, client);
+	s->reg_pages = read_ll("%s/%s/num_reg_pages", d, client);
+	s->dereg_pages = read_ll("%s/%s/num_dereg_pages", d, client);
+	s->reg_bytes = read_ll("%s/%s/num_reg_bytes", d, client);
+	s->dereg_bytes = read_ll("%s/%s/num_dereg_bytes", d, client);
+	s->free_callbacks = read_ll("%s/%s/num_free_callbacks", d, client);
+	s->invalidated_mrs = read_ll("%s/%s/num_invalidated_mrs", d, client);
+	return s->alloc_mrs < 0 ? -1 : 0;
+}
+
+/* Every registration the core made through the client is undone. */
+static int peer_stats_balanced(const struct peer_stats *s)
+{
+	return s->alloc_mrs == s->dealloc_mrs &&
+	       s->reg_pages == s->dereg_pages &&
+	       s->reg_bytes == s->dereg_bytes;
+}
+
+static void peer_stats_diag(const char *client)
+{
+	struct peer_stats s;
+
+	if (peer_stats(client, &s))
+		return;
+	diag("%s: alloc %lld dealloc %lld reg_pages %lld dereg_pages %lld reg_bytes %lld dereg_bytes %lld free_cb %lld invalidated %lld",
+	     client, s.alloc_mrs, s.dealloc_mrs, s.reg_pages, s.dereg_pages,
+	     s.reg_bytes, s.dereg_bytes, s.free_callbacks, s.invalidated_mrs);
+}
+
+/* ---- rxe0 ---- */
+
+#define RXE_DEV "rxe0"
+
+static void rxe_up(void)
+{
+	if (access("/sys/class/infiniband/" RXE_DEV, F_OK) == 0)
+		return;
+	if (access("/sys/class/net/veth0", F_OK) != 0) {
+		if (run("ip link add veth0 type veth peer name veth1"))
+			bail("cannot create veth0/veth1 (CONFIG_VETH?)");
+		run("ip addr add 10.55.0.1/24 dev veth0");
+		run("ip link set veth0 up");
+		run("ip link set veth1 up");
+	}
+	if (run("rdma link add " RXE_DEV " type rxe netdev veth0"))
+		bail("rdma link add " RXE_DEV " failed (CONFIG_RDMA_RXE?)");
+}
+
+/* ---- an RC QP pair on rxe0 talking to itself ---- */
+
+struct conn {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qa, *qb;
+	int gid_index;
+	union ibv_gid gid;
+};
+
+static struct ibv_context *open_rxe(void)
+{
+	struct ibv_device **list;
+	struct ibv_context *ctx = NULL;
+	int i, n;
+
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return NULL;
+	for (i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), RXE_DEV))
+			ctx = ibv_open_device(list[i]);
+	ibv_free_device_list(list);
+	return ctx;
+}
+
+/* The IPv4-mapped RoCE v2 GID of port 1, waiting for it to appear. */
+static int find_gid(struct conn *c)
+{
+	double end = now_s() + 20;
+
+	do {
+		for (int i = 0; i < 16; i++) {
+			union ibv_gid g;
+
+			if (ibv_query_gid(c->ctx, 1, i, &g))
+				continue;
+			if (g.raw[10] == 0xff && g.raw[11] == 0xff &&
+			    !memcmp(g.raw, "\0\0\0\0\0\0\0\0\0\0", 10)) {
+				c->gid_index = i;
+				c->gid = g;
+				return 0;
+			}
+		}
+		usleep(200000);
+	} while (now_s() < end);
+	return -1;
+}
+
+static int qp_to_rts(struct conn *c, struct ibv_qp *qp, uint32_t dest)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			    IBV_ACCESS_LOCAL_WRITE;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+			  IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = c->gid;
+	a.ah_attr.grh.sgid_index = c->gid_index;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0;
+	a.max_rd_atomic = 4;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
+			     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static struct ibv_qp *make_qp(struct conn *c)
+{
+	struct ibv_qp_init_attr ia;
+
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = c->cq;
+	ia.recv_cq = c->cq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 16;
+	ia.cap.max_recv_wr = 16;
+	ia.cap.max_send_sge = 2;
+	ia.cap.max_recv_sge = 2;
+	return ibv_create_qp(c->pd, &ia);
+}
+
+/* (Re)create the CQ and the two QPs: an error completion kills a QP. */
+static int conn_qps(struct conn *c)
+{
+	if (c->qa)
+		ibv_destroy_qp(c->qa);
+	if (c->qb)
+		ibv_destroy_qp(c->qb);
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
+	c->qa = c->qb = NULL;
+	c->cq = ibv_create_cq(c->ctx, 64, NULL, NULL, 0);
+	if (!c->cq)
+		return -1;
+	c->qa = make_qp(c);
+	c->qb = make_qp(c);
+	if (!c->qa || !c->qb)
+		return -1;
+	if (qp_to_rts(c, c->qa, c->qb->qp_num) ||
+	    qp_to_rts(c, c->qb, c->qa->qp_num))
+		return -1;
+	return 0;
+}
+
+static int conn_open(struct conn *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->ctx = open_rxe();
+	if (!c->ctx)
+		return -1;
+	if (find_gid(c))
+		return -2;
+	c->pd = ibv_alloc_pd(c->ctx);
+	if (!c->pd)
+		return -3;
+	return conn_qps(c) ? -4 : 0;
+}
+
+static void conn_close(struct conn *c)
+{
+	if (c->qa)
+		ibv_destroy_qp(c->qa);
+	if (c->qb)
+		ibv_destroy_qp(c->qb);
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
+	if (c->pd)
+		ibv_dealloc_pd(c->pd);
+	if (c->ctx)
+		ibv_close_device(c->ctx);
+	memset(c, 0, sizeof(*c));
+}
+
+/*
+ * Post one RDMA WRITE or READ on QP a: local [laddr, +len) in lmr, remote
+ * raddr/rkey (served by QP b). Returns the completion status, or -1 if
+ * posting failed or no completion came within 30 s.
+ */
+static int rdma_op(struct conn *c, enum ibv_wr_opcode op, struct ibv_mr *lmr,
+		   void *laddr, uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)laddr, .length = len, .lkey = lmr->lkey,
+	};
+	struct ibv_send_wr wr, *bad;
+	struct ibv_wc wc;
+	double end;
+	int n;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = 42;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = op;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (ibv_post_send(c->qa, &wr, &bad))
+		return -1;
+	end = now_s() + 30;
+	do {
+		n = ibv_poll_cq(c->cq, 1, &wc);
+		if (n < 0)
+			return -1;
+		if (n == 1)
+			return wc.status;
+		usleep(1000);
+	} while (now_s() < end);
+	return -1;
+}
+
+static void fill(void *p, size_t len, uint32_t seed)
+{
+	uint32_t *w = p;
+
+	for (size_t i = 0; i < len / 4; i++)
+		w[i] = seed ^ (uint32_t)(i * 2654435761u);
+}
+
+static int check(const void *p, size_t len, uint32_t seed)
+{
+	const uint32_t *w = p;
+
+	for (size_t i = 0; i < len / 4; i++)
+		if (w[i] != (seed ^ (uint32_t)(i * 2654435761u)))
+			return 0;
+	return 1;
+}
+
+#endif /* CORE_TEST_H */

@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * refclient_suite.h - the peer-memory core tests, run against the reference
+ * client (tests/refclient) loaded with one configuration. Each t_refclient_*
+ * program runs this suite with its own module parameters.
+ */
+#ifndef REFCLIENT_SUITE_H
+#define REFCLIENT_SUITE_H
+
+#include <linux/capability.h>
+
+#include "core_test.h"
+
+struct suite_cfg {
+	int invalidate;		/* register with an invalidate callback */
+	int unmaps;		/* PEER_MEM_INVALIDATE_UNMAPS */
+	int page_kb;		/* client page size */
+	int cpu_pages;		/* 0: dma_map fails for rxe */
+};
+
+#define CLIENT "refclient"
+#define RDBG "/sys/kernel/debug/peer_refclient/"
+#define MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+		   IBV_ACCESS_REMOTE_READ)
+#define PEER_LEN (256 * 1024UL)
+#define HOST_LEN (1024 * 1024UL)
+
+static size_t psize;
+
+static long long rc_live(const char *what)
+{
+	return read_ll(RDBG "%s", what);
+}
+
+static int rc_all_idle(void)
+{
+	return rc_live("live_allocs") == 0 && rc_live("live_pins") == 0 &&
+	       rc_live("live_maps") == 0;
+}
+
+/* Map len bytes of /dev/peer_refmem at a psize-aligned address. */
+static void *ref_map(int fd, size_t len)
+{
+	uint8_t *res, *p;
+	uintptr_t a;
+
+	res = mmap(NULL, len + psize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+		   -1, 0);
+	if (res == MAP_FAILED)
+		return NULL;
+	a = ((uintptr_t)res + psize - 1) & ~(uintptr_t)(psize - 1);
+	p = mmap((void *)a, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+		 fd, 0);
+	if (p == MAP_FAILED) {
+		munmap(res, len + psize);
+		return NULL;
+	}
+	if ((uint8_t *)a > res)
+		munmap(res, (uint8_t *)a - res);
+	if (res + len + psize > p + len)
+		munmap(p + len, res + len + psize - (p + len));
+	return p;
+}
+
+static int load_client(const struct suite_cfg *cfg)
+{
+	char ko[512];
+
+	snprintf(ko, sizeof(ko), "%s/tests/refclient/peer_refclient.ko",
+		 getenv("PEERMEM_ROOT") ?: ".");
+	if (access(ko, R_OK))
+		bail("%s is missing: build it with make -C tests/refclient", ko);
+	if (access("/sys/module/peer_refclient", F_OK) == 0)
+		run("rmmod peer_refclient");
+	return run("insmod %s name=%s invalidate=%d unmaps=%d page_kb=%d cpu_pages=%d",
+		   ko, CLIENT, cfg->invalidate, cfg->unmaps, cfg->page_kb,
+		   cfg->cpu_pages);
+}
+
+/* Child of the RLIMIT test: without CAP_IPC_LOCK and 64 KiB of MEMLOCK. */
+static int memlock_child(int fd)
+{
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+	struct rlimit rl = { 64 * 1024, 64 * 1024 };
+	struct ibv_mr *mr;
+	struct conn c;
+	void *p, *h_buf;
+
+	if (syscall(SYS_capget, &h, d))
+		return 10;
+	d[CAP_TO_INDEX(CAP_IPC_LOCK)].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+	if (syscall(SYS_capset, &h, d))
+		return 11;
+	if (setrlimit(RLIMIT_MEMLOCK, &rl))
+		return 12;
+	if (conn_open(&c))
+		return 13;
+	p = ref_map(fd, PEER_LEN);
+	h_buf = aligned_alloc(4096, PEER_LEN);
+	if (!p || !h_buf)
+		return 14;
+	memset(h_buf, 1, PEER_LEN);
+	mr = ibv_reg_mr(c.pd, h_buf, PEER_LEN, MR_ACCESS);
+	if (mr || errno != ENOMEM)
+		return 15;	/* the control: host memory over the limit */
+	mr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
+	if (mr || errno != ENOMEM)
+		return 16;
+	/* Within the limit it works. */
+	mr = ibv_reg_mr(c.pd, p, 64 * 1024, MR_ACCESS);
+	if (!mr)
+		return 17;
+	ibv_dereg_mr(mr);
+	conn_close(&c);
+	return 0;
+}
+
+/* Child of the exit test: registers peer memory and exits holding it. */
+static int exit_child(int fd)
+{
+	struct ibv_mr *mr;
+	struct conn c;
+	void *p;
+
+	if (conn_open(&c))
+		return 20;
+	p = ref_map(fd, PEER_LEN);
+	if (!p)
+		return 21;
+	fill(p, PEER_LEN, 0x5151);
+	mr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
+	if (!mr)
+		return 22;
+	return 0;	/* exit with the MR registered and the memory mapped */
+}
+
+static int run_refclient_suite(const struct suite_cfg *cfg)
+{
+	struct peer_stats s0, s1;
+	struct ibv_mr *hmr, *pmr, *smr;
+	struct conn c;
+	uint8_t *hbuf, *p, *saved;
+	long pin0, pin1;
+	long long t, v;
+	char flags[128], want[128];
+	int fd, st, rc;
+	pid_t pid;
+
+	psize = cfg->page_kb * 1024UL;
+	rxe_up();
+	rc = load_client(cfg);
+	ok(rc == 0, "insmod peer_refclient invalidate=%d unmaps=%d page_kb=%d cpu_pages=%d",
+	   cfg->invalidate, cfg->unmaps, cfg->page_kb, cfg->cpu_pages);
+	if (rc)
+		bail("cannot load the reference client");
+	ok(peer_stats(CLIENT, &s0) == 0 && s0.alloc_mrs == 0 &&
+	   s0.free_callbacks == 0 && s0.reg_pages == 0,
+	   "core lists the client in debugfs with zero counters");
+	{
+		FILE *f = fopen("/sys/kernel/debug/peer_memory/" CLIENT "/flags", "r");
+
+		flags[0] = 0;
+		if (f) {
+			if (!fgets(flags, sizeof(flags), f))
+				flags[0] = 0;
+			fclose(f);
+		}
+		snprintf(want, sizeof(want), "invalidate=%d invalidate_unmaps=%d\n",
+			 cfg->invalidate, cfg->unmaps);
+		ok(!strcmp(flags, want), "core sees the registration flags: %s",
+		   want);
+	}
+	ok(read_ll("/sys/kernel/mm/memory_peers/" CLIENT "/num_alloc_mrs") == 0,
+	   "OFED sysfs directory /sys/kernel/mm/memory_peers/" CLIENT " exists");
+
+	rc = conn_open(&c);
+	if (rc)
+		bail("cannot set up an RC loopback on " RXE_DEV " (step %d)", rc);
+	fd = open("/dev/peer_refmem", O_RDWR);
+	if (fd < 0)
+		bail("cannot open /dev/peer_refmem: %s", strerror(errno));
+
+	/* Ordinary host memory: the normal pinning path. */
+	hbuf = aligned_alloc(4096, HOST_LEN);
+	saved = malloc(PEER_LEN);
+	if (!hbuf || !saved)
+		bail("out of memory");
+	memset(hbuf, 0, HOST_LEN);
+	pin0 = vm_pin_kb();
+	hmr = ibv_reg_mr(c.pd, hbuf, HOST_LEN, MR_ACCESS);
+	peer_stats(CLIENT, &s1);
+	ok(hmr && s1.alloc_mrs == 0 && s1.reg_pages == 0,
+	   "ibv_reg_mr on host memory pins normally (client counters unchanged)");
+	if (!hmr)
+		bail("host MR failed: %s", strerror(errno));
+	ok(vm_pin_kb() - pin0 == (long)(HOST_LEN / 1024),
+	   "VmPin grows by %lu KiB for the host MR", HOST_LEN / 1024);
+	fill(hbuf, 65536, 0xabcd);
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 65536,
+		     (uintptr_t)hbuf + 65536, hmr->rkey);
+	ok(rc == 0 && !memcmp(hbuf, hbuf + 65536, 65536),
+	   "RDMA WRITE host->host on " RXE_DEV " (status %d)", rc);
+
+	p = ref_map(fd, PEER_LEN);
+	if (!p)
+		bail("cannot map peer memory: %s", strerror(errno));
+
+	if (!cfg->cpu_pages) {
+		pmr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
+		rc = errno;
+		peer_stats(CLIENT, &s1);
+		ok(!pmr && rc == EOPNOTSUPP,
+		   "ibv_reg_mr on memory without CPU pages fails with EOPNOTSUPP for rxe (errno %d)",
+		   rc);
+		ok(s1.alloc_mrs == 0 && rc_live("live_pins") == 0 &&
+		   rc_live("live_maps") == 0,
+		   "the failed registration left nothing pinned or mapped");
+		if (pmr)
+			ibv_dereg_mr(pmr);
+		goto out;
+	}
+
+	/* A whole peer allocation. */
+	fill(p, PEER_LEN, 0x1111);
+	pin0 = vm_pin_kb();
+	pmr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
+	ok(pmr != NULL, "ibv_reg_mr on VM_PFNMAP peer memory succeeds (errno %d)",
+	   pmr ? 0 : errno);
+	if (!pmr)
+		bail("peer MR failed; the core or rxe wiring is broken");
+	peer_stats(CLIENT, &s1);
+	ok(s1.alloc_mrs == 1 && s1.reg_pages == (long long)(PEER_LEN / 4096) &&
+	   s1.reg_bytes == (long long)PEER_LEN,
+	   "counters: num_alloc_mrs 1, num_reg_pages %lu, num_reg_bytes %lu",
+	   PEER_LEN / 4096, PEER_LEN);
+	ok(rc_live("live_pins") == 1 && rc_live("live_maps") == 1,
+	   "the client pinned and mapped once");
+	pin1 = vm_pin_kb();
+	ok(pin1 - pin0 == (long)(PEER_LEN / 1024),
+	   "RLIMIT_MEMLOCK accounting: VmPin grows by %lu KiB (got %ld)",
+	   PEER_LEN / 1024, pin1 - pin0);
+
+	rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, 65536,
+		     (uintptr_t)p + 1000, pmr->rkey);
+	ok(rc == 0 && !memcmp(hbuf, p + 1000, 65536),
+	   "RDMA READ peer->host returns the bytes of the CPU mapping (status %d)",
+	   rc);
+	fill(hbuf, 200000, 0x2222);
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 200000,
+		     (uintptr_t)p + 3 * 4096 + 8, pmr->rkey);
+	ok(rc == 0 && !memcmp(hbuf, p + 3 * 4096 + 8, 200000),
+	   "RDMA WRITE host->peer lands in the CPU mapping (status %d)", rc);
+	fill(p + 131072, 100000, 0x3333);
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, pmr, p + 131072, 100000,
+		     (uintptr_t)hbuf + 300000, hmr->rkey);
+	ok(rc == 0 && !memcmp(hbuf + 300000, p + 131072, 100000),
+	   "RDMA WRITE from a peer MR as local source (status %d)", rc);
+
+	/* An unaligned sub-range: the core trims the client's first/last pages. */
+	smr = ibv_reg_mr(c.pd, p + 70000, 100000, MR_ACCESS);
+	peer_stats(CLIENT, &s1);
+	ok(smr && s1.alloc_mrs == 2 &&
+	   s1.reg_pages == (long long)(PEER_LEN / 4096) + 26 &&
+	   s1.reg_bytes == (long long)PEER_LEN + 100000,
+	   "unaligned sub-range MR [+70000, +100000): 26 pages, 100000 bytes");
+	if (smr) {
+		fill(hbuf, 8000, 0x4444);
+		rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 5000,
+			     (uintptr_t)p + 70000, smr->rkey);
+		st = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf + 5000, 3000,
+			     (uintptr_t)p + 170000 - 3000, smr->rkey);
+		ok(rc == 0 && st == 0 && !memcmp(p + 70000, hbuf, 5000) &&
+		   !memcmp(p + 167000, hbuf + 5000, 3000),
+		   "RDMA WRITE at the first and last byte of the sub-range");
+		rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf + 400000, 100000,
+			     (uintptr_t)p + 70000, smr->rkey);
+		ok(rc == 0 && !memcmp(hbuf + 400000, p + 70000, 100000),
+		   "RDMA READ of the whole sub-range matches the CPU mapping");
+		ok(ibv_dereg_mr(smr) == 0, "ibv_dereg_mr of the sub-range MR");
+	}
+	ok(ibv_dereg_mr(pmr) == 0, "ibv_dereg_mr of the peer MR");
+	peer_stats(CLIENT, &s1);
+	ok(peer_stats_balanced(&s1) && s1.dealloc_mrs == 2 &&
+	   s1.free_callbacks == 0,
+	   "counters balanced after deregistration (no invalidation)");
+	ok(rc_live("live_pins") == 0 && rc_live("live_maps") == 0,
+	   "the core put every page back");
+	ok(vm_pin_kb() == pin0, "VmPin back to %ld KiB", pin0);
+
+	if (cfg->invalidate) {
+		/* A stale ticket and one never handed out are no-ops. */
+		pmr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
+		t = read_ll(RDBG "last_ticket");
+		ok(pmr && ibv_dereg_mr(pmr) == 0 && t >= 0,
+		   "register and deregister once more (ticket %lld)", t);
+		peer_stats(CLIENT, &s0);
+		snprintf(want, sizeof(want), "%lld", t);
+		rc = write_str(RDBG "invalidate_ticket", want);
+		v = read_ll(RDBG "last_invalidate_ret");
+		peer_stats(CLIENT, &s1);
+		ok(rc == 0 && v == 0 && s1.free_callbacks == s0.free_callbacks + 1 &&
+		   s1.invalidated_mrs == s0.invalidated_mrs &&
+		   s1.dealloc_mrs == s0.dealloc_mrs,
+		   "invalidate with a stale ticket returns 0 and changes nothing");
+		rc = write_str(RDBG "invalidate_ticket", "4000000000");
+		v = read_ll(RDBG "last_invalidate_ret");
+		peer_stats(CLIENT, &s0);
+		ok(rc == 0 && v == 0 && s0.free_callbacks == s1.free_callbacks + 1 &&
+		   s0.invalidated_mrs == s1.invalidated_mrs,
+		   "invalidate with a ticket never handed out returns 0 and changes nothing");
+
+		/* Invalidating a live registration, memory still there. */
+		fill(p, PEER_LEN, 0x6666);
+		memcpy(saved, p, PEER_LEN);
+		pmr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
+		t = read_ll(RDBG "last_ticket");
+		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, 4096,
+				   (uintptr_t)p, pmr->rkey) : -1;
+		ok(rc == 0, "a fresh peer MR works (ticket %lld)", t);
+		peer_stats(CLIENT, &s0);
+		snprintf(want, sizeof(want), "%lld", t);
+		rc = write_str(RDBG "invalidate_ticket", want);
+		peer_stats(CLIENT, &s1);
+		ok(rc == 0 && s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
+		   peer_stats_balanced(&s1) && rc_live("live_pins") == 0,
+		   "invalidating its ticket unmaps it at once (%s)",
+		   cfg->unmaps ? "the client puts the pages" :
+				 "the core puts the pages");
+		fill(hbuf, 4096, 0x7777);
+		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 4096,
+				   (uintptr_t)p, pmr->rkey) : -1;
+		ok(rc > 0 && !memcmp(p, saved, PEER_LEN),
+		   "RDMA WRITE to the invalidated MR completes in error (status %d: %s) and the memory is untouched",
+		   rc, rc > 0 ? ibv_wc_status_str(rc) : "none");
+		if (conn_qps(&c))
+			bail("cannot recreate the QPs");
+		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_WRITE, pmr, p, 4096,
+				   (uintptr_t)hbuf, hmr->rkey) : -1;
+		ok(rc > 0, "the invalidated MR as local source completes in error (status %d: %s)",
+		   rc, rc > 0 ? ibv_wc_status_str(rc) : "none");
+		if (conn_qps(&c))
+			bail("cannot recreate the QPs");
+		ok(pmr && ibv_dereg_mr(pmr) == 0,
+		   "ibv_dereg_mr of the invalidated MR succeeds");
+		peer_stats(CLIENT, &s1);
+		ok(peer_stats_balanced(&s1) && rc_live("live_pins") == 0 &&
+		   rc_live("live_maps") == 0,
+		   "nothing left pinned or mapped");
+	}
+
+	/* Free the memory while the MR is live. */
+	fill(p, PEER_LEN, 0x8888);
+	memcpy(saved, p, PEER_LEN);
+	pmr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
+	rc = pmr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, 8192,
+			   (uintptr_t)p + 8192, pmr->rkey) : -1;
+	ok(rc == 0 && !memcmp(hbuf, saved + 8192, 8192),
+	   "peer MR works before the free");
+	peer_stats(CLIENT, &s0);
+	ok(munmap(p, PEER_LEN) == 0, "munmap frees the peer memory");
+	peer_stats(CLIENT, &s1);
+	if (cfg->invalidate) {
+		ok(s1.free_callbacks == s0.free_callbacks + 1 &&
+		   s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
+		   peer_stats_balanced(&s1),
+		   "the free invalidated the live MR through the core");
+		ok(rc_live("live_allocs") == 0,
+		   "the client freed the memory right after the invalidation");
+		fill(hbuf, 8192, 0x9999);
+		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 8192,
+				   (uintptr_t)p, pmr->rkey) : -1;
+		ok(rc > 0, "RDMA WRITE to freed peer memory completes in error (status %d: %s)",
+		   rc, rc > 0 ? ibv_wc_status_str(rc) : "none");
+		if (conn_qps(&c))
+			bail("cannot recreate the QPs");
+		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, 8192,
+				   (uintptr_t)p, pmr->rkey) : -1;
+		ok(rc > 0, "RDMA READ from freed peer memory completes in error (status %d: %s)",
+		   rc, rc > 0 ? ibv_wc_status_str(rc) : "none");
+		if (conn_qps(&c))
+			bail("cannot recreate the QPs");
+	} else {
+		ok(s1.free_callbacks == 0 && s1.alloc_mrs == s1.dealloc_mrs + 1,
+		   "a non-invalidating client keeps the MR mapped after the free");
+		ok(rc_live("live_allocs") == 1,
+		   "the pinned memory outlives the munmap until the core puts it");
+		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, 65536,
+				   (uintptr_t)p, pmr->rkey) : -1;
+		ok(rc == 0 && !memcmp(hbuf, saved, 65536),
+		   "RDMA READ still returns the pinned bytes (status %d)", rc);
+	}
+	ok(pmr && ibv_dereg_mr(pmr) == 0, "ibv_dereg_mr after the free succeeds");
+	peer_stats(CLIENT, &s1);
+	ok(peer_stats_balanced(&s1) && rc_all_idle(),
+	   "after deregistration nothing is allocated, pinned or mapped");
+
+	/* Process exit with a registered MR on peer memory. */
+	peer_stats(CLIENT, &s0);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0)
+		_exit(exit_child(fd));
+	st = -1;
+	waitpid(pid, &st, 0);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "a child registers peer memory and exits without cleaning up (status %d)",
+	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	{
+		double end = now_s() + 30;
+
+		do {
+			peer_stats(CLIENT, &s1);
+			if (s1.alloc_mrs == s0.alloc_mrs + 1 &&
+			    peer_stats_balanced(&s1) && rc_all_idle())
+				break;
+			usleep(100000);
+		} while (now_s() < end);
+	}
+	ok(s1.alloc_mrs == s0.alloc_mrs + 1 && peer_stats_balanced(&s1) &&
+	   rc_all_idle(),
+	   "process exit releases the MR and the memory");
+	if (cfg->invalidate)
+		ok(s1.free_callbacks == s0.free_callbacks + 1 &&
+		   s1.invalidated_mrs == s0.invalidated_mrs + 1,
+		   "exit tore the memory down first: the live MR was invalidated");
+
+	/* RLIMIT_MEMLOCK is enforced for peer memory like for host memory. */
+	peer_stats(CLIENT, &s0);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0)
+		_exit(memlock_child(fd));
+	st = -1;
+	waitpid(pid, &st, 0);
+	peer_stats(CLIENT, &s1);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "without CAP_IPC_LOCK and 64 KiB RLIMIT_MEMLOCK, a 256 KiB peer MR fails with ENOMEM and a 64 KiB one works (child status %d)",
+	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	ok(s1.alloc_mrs == s0.alloc_mrs + 1 && peer_stats_balanced(&s1) &&
+	   rc_all_idle(), "the refused registration never reached the client's pages");
+
+out:
+	ibv_dereg_mr(hmr);
+	conn_close(&c);
+	close(fd);
+	peer_stats_diag(CLIENT);
+	ok(rc_all_idle(), "client: no allocation, pin or mapping left");
+	rc = run("rmmod peer_refclient");
+	ok(rc == 0 && access("/sys/kernel/debug/peer_memory/" CLIENT, F_OK) != 0,
+	   "rmmod unregisters the client and removes its statistics");
+	return finish();
+}
+
+#endif /* REFCLIENT_SUITE_H */

@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The peer-memory core tests against an invalidating client with PEER_MEM_INVALIDATE_UNMAPS, 64 KiB pages. */
+#include "refclient_suite.h"
+
+int main(void)
+{
+	static const struct suite_cfg cfg = {
+		.invalidate = 1, .unmaps = 1, .page_kb = 64, .cpu_pages = 1,
+	};
+
+	return run_refclient_suite(&cfg);
+}
