@@ -151,7 +151,7 @@ fn write_contig(k: &Knob, r: &mut UserSliceReader) -> Result {
     let v = parse_u64(r)?;
     if v % GPU_PAGE != 0 || v > crate::glue::max_chunk_bytes() as u64 {
         pr_warn!(
-            "gpusim: contig_bytes must be 0 or a multiple of 65536 up to {}\n",
+            "contig_bytes must be 0 or a multiple of 65536 up to {}\n",
             crate::glue::max_chunk_bytes()
         );
         return Err(EINVAL);

@@ -267,7 +267,7 @@ extern "C" fn nvidia_p2p_unregister_rsync_driver(
 ) {
     let mut st = STATE.lock();
     if driver.is_null() || st.rsync != driver as usize {
-        pr_warn!("gpusim: nvidia_p2p_unregister_rsync_driver() of a driver that is not registered\n");
+        pr_warn!("nvidia_p2p_unregister_rsync_driver() of a driver that is not registered\n");
         return;
     }
     st.rsync = 0;
@@ -287,6 +287,6 @@ extern "C" fn nvidia_p2p_get_rsync_registers(reg_info: *mut *mut NvP2pRsyncRegIn
 #[no_mangle]
 extern "C" fn nvidia_p2p_put_rsync_registers(reg_info: *mut NvP2pRsyncRegInfo) {
     if !reg_info.is_null() {
-        pr_warn!("gpusim: nvidia_p2p_put_rsync_registers() of an object gpusim never returned\n");
+        pr_warn!("nvidia_p2p_put_rsync_registers() of an object gpusim never returned\n");
     }
 }

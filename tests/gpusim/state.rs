@@ -257,7 +257,7 @@ pub(crate) fn teardown() {
     };
     if !pins.is_empty() {
         pr_warn!(
-            "gpusim: unloading with {} page table(s) still pinned: a client did not call \
+            "unloading with {} page table(s) still pinned: a client did not call \
              nvidia_p2p_put_pages*(); freeing them\n",
             pins.len()
         );
@@ -301,13 +301,15 @@ pub(crate) fn alloc(file_id: u64, size: usize) -> Result<(u64, usize)> {
     }
     let mut st = STATE.lock();
     let handle = st.next_handle;
+    // Counted before the `Alloc` exists: from here on, dropping it (even
+    // inside a failed `Arc::new`) uncounts it.
+    LIVE_MEM_BYTES.add(size as u64, Relaxed);
     // INVARIANT: `alloc_chunks` returned chunks covering `size` in units
     // of `chunk`, and `chunk_phys` mirrors them.
     let alloc = Arc::new(
         Alloc { handle, size, chunk_bytes: chunk, chunk_phys, _chunks: chunks, mm },
         GFP_KERNEL,
     )?;
-    LIVE_MEM_BYTES.add(size as u64, Relaxed);
     st.allocs.push(
         AllocEntry { alloc, file_id, va: 0, vma: 0, map_pending: true },
         GFP_KERNEL,

@@ -40,6 +40,9 @@ struct tc_reg {
 	/* Handed out by gpusim; only used while @pinned. */
 	struct nvidia_p2p_page_table *pt;
 	struct nvidia_p2p_dma_mapping *dma;
+	/* The last mapping unmapped, kept (never dereferenced) so a test can
+	 * try unmapping it again. */
+	struct nvidia_p2p_dma_mapping *last_dma;
 	bool persistent;
 	bool pinned;
 	unsigned int callbacks;
@@ -306,9 +309,14 @@ static long tc_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 			err = -ENOENT;
 		} else {
 			/* Deliberately also on a stale mapping: gpusim must refuse. */
-			q.ret = nvidia_p2p_dma_unmap_pages(tc_peer, r->pt, r->dma);
-			if (q.ret == 0 && r->pinned)
+			struct nvidia_p2p_dma_mapping *m = r->dma ? r->dma : r->last_dma;
+
+			q.ret = nvidia_p2p_dma_unmap_pages(
+				(q.flags & GPUSIM_TC_NULL_PEER) ? NULL : tc_peer, r->pt, m);
+			if (q.ret == 0 && r->pinned && r->dma) {
+				r->last_dma = r->dma;
 				r->dma = NULL;
+			}
 			tc_fill(r, &q);
 		}
 		mutex_unlock(&tc->lock);

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * t_gpusim_unload - gpusim and its test client unload cleanly with nothing
+ * left behind and load again (runs last: the name sorts after the others).
+ * Skipped when another module (peermem) uses gpusim.
+ */
+#include "gpusim_test.h"
+#include <dirent.h>
+
+static int other_holders(void)
+{
+	DIR *d = opendir("/sys/module/gpusim/holders");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.' && strcmp(e->d_name, "gpusim_testclient")) {
+			diag("gpusim is used by %s", e->d_name);
+			n++;
+		}
+	closedir(d);
+	return n;
+}
+
+int main(void)
+{
+	int ret;
+
+	gs_setup();
+	gs_check_zero("before unloading");
+	if (other_holders()) {
+		skip("unload gpusim: another module uses it");
+		printf("1..%d\n", tap_n);
+		return tap_fail ? 1 : 0;
+	}
+	ret = syscall(SYS_delete_module, "gpusim_testclient", O_NONBLOCK);
+	ok(ret == 0, "rmmod gpusim_testclient (%s)", ret ? strerror(errno) : "ok");
+	ret = syscall(SYS_delete_module, "gpusim", O_NONBLOCK);
+	ok(ret == 0, "rmmod gpusim (%s)", ret ? strerror(errno) : "ok");
+	ok(access("/dev/gpusim", F_OK) && access(DBG, F_OK), "/dev/gpusim and its debugfs directory are gone");
+	ret = load_module("tests/gpusim/gpusim.ko");
+	ok(ret == 0, "load gpusim again (%s)", strerror(-ret));
+	ret = load_module("tests/gpusim/testclient/gpusim_testclient.ko");
+	ok(ret == 0, "load gpusim_testclient again (%s)", strerror(-ret));
+	{
+		int fd = gs_open();
+		uint64_t h;
+		char *p = gs_alloc(fd, GPU_PAGE, &h);
+
+		p[0] = 1;
+		ok(p[0] == 1, "the reloaded gpusim works");
+		munmap(p, GPU_PAGE);
+		close(fd);
+	}
+	return gs_finish();
+}
