@@ -60,4 +60,46 @@ static_assert(sizeof(struct ref_peer_client) == 136);
 static_assert(offsetof(struct ref_peer_client_ex, flags) == 144);
 #endif
 
+/*
+ * The NVIDIA P2P page-table interface (nv-p2p.h, 550 series), the part the
+ * gpusim source uses. Resolved at load time with symbol_get() (the real
+ * exports are GPL-only), so the client loads without gpusim when it does
+ * not use it.
+ */
+#define REF_P2P_PAGE_TABLE_VERSION 0x00010002
+#define REF_P2P_VERSION_OK(v, want) \
+	(((v) >> 16) == ((want) >> 16) && ((v) & 0xffff) >= ((want) & 0xffff))
+#define REF_P2P_PAGE_SIZE_64KB 1
+
+struct ref_p2p_page {
+	u64 physical_address;
+	u32 request_registers[6];
+};
+
+struct ref_p2p_page_table {
+	u32 version;
+	u32 page_size;
+	struct ref_p2p_page **pages;
+	u32 entries;
+	u8 *gpu_uuid;
+};
+
+#ifdef CONFIG_64BIT
+static_assert(sizeof(struct ref_p2p_page) == 32);
+static_assert(offsetof(struct ref_p2p_page_table, entries) == 16);
+static_assert(sizeof(struct ref_p2p_page_table) == 32);
+#endif
+
+typedef int (*ref_p2p_get_pages_fn)(u64 token, u32 va_space, u64 va, u64 len,
+				    struct ref_p2p_page_table **pt,
+				    void (*free_cb)(void *data), void *data);
+typedef int (*ref_p2p_put_pages_fn)(u64 token, u32 va_space, u64 va,
+				    struct ref_p2p_page_table *pt);
+typedef int (*ref_p2p_get_persistent_fn)(u64 va, u64 len,
+					 struct ref_p2p_page_table **pt,
+					 u32 flags);
+typedef int (*ref_p2p_put_persistent_fn)(u64 va,
+					 struct ref_p2p_page_table *pt,
+					 u32 flags);
+
 #endif /* REFCLIENT_ABI_H */
