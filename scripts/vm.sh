@@ -13,6 +13,7 @@
 #   --mem SIZE --smp N  guest size (default 2G, 2)
 #   --env NAME=VALUE    set NAME in every test's environment (repeatable)
 #   --no-kmemleak       skip the final kmemleak scan
+#   --append 'ARGS'     extra guest kernel command line (e.g. kasan.fault=panic)
 #   -v, --verbose       stream the guest console while it runs
 #   --keep              keep the run directory even when everything passed
 #
@@ -37,7 +38,7 @@ bad() { printf 'peermem: error: %s\n' "$*" >&2; exit 2; }
 
 kdir= test_timeout=300 total_timeout= accel=${PEERMEM_VM_ACCEL:-auto} mem=2G smp=2
 kmemleak=1 verbose=0 keep=0 cmd= have_cmd=0
-tests=() envs=()
+tests=() envs=() extra_append=
 need_arg() { [ $# -ge 2 ] && [ -n "$2" ] || bad "option $1 needs a value (see scripts/vm.sh --help)"; }
 is_uint() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
 while [ $# -gt 0 ]; do
@@ -50,6 +51,7 @@ while [ $# -gt 0 ]; do
 	--smp) need_arg "$@"; is_uint "$2" || bad "--smp wants a CPU count, got '$2'"; smp=$2; shift 2 ;;
 	--env) need_arg "$@"; [[ $2 =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || bad "--env wants NAME=VALUE, got '$2'"; envs+=("$2"); shift 2 ;;
 	--no-kmemleak) kmemleak=0; shift ;;
+	--append) need_arg "$@"; extra_append+=" $2"; shift 2 ;;
 	--cmd) need_arg "$@"; cmd=$2; have_cmd=1; shift 2 ;;
 	-v|--verbose) verbose=1; shift ;;
 	--keep) keep=1; shift ;;
@@ -65,11 +67,12 @@ if [ "$have_cmd" = 1 ] && [ ${#tests[@]} -gt 0 ]; then bad "give either --cmd or
 if [ "$have_cmd" = 0 ] && [ ${#tests[@]} -eq 0 ]; then bad "nothing to run: give test executables or --cmd 'COMMAND' (see --help)"; fi
 
 # --- the tests: check them all before booting anything ---------------------
-# Each list entry is "<cwd>\t<command>"; labels name tests in the output.
+# Each list entry is "<cwd>\t<exec|sh>\t<command>" (see tests/vm/guest-init.sh);
+# labels name tests in the output.
 list=() labels=()
 if [ "$have_cmd" = 1 ]; then
 	[[ $cmd == *$'\n'* ]] && cmd=$(printf '%s' "$cmd" | tr '\n' ';')
-	list+=("$PWD"$'\t'"$cmd"); labels+=("cmd")
+	list+=("$PWD"$'\tsh\t'"$cmd"); labels+=("cmd")
 else
 	for t in "${tests[@]}"; do
 		[ -e "$t" ] || bad "test '$t' does not exist"
@@ -79,7 +82,8 @@ else
 		case "$abs" in /tmp/*|/run/*|/var/tmp/*|/proc/*|/sys/*|/dev/*)
 			bad "test '$t' lives in ${abs%/*}, which the guest does not share (its /tmp, /run, /var/tmp are its own); put it elsewhere" ;;
 		esac
-		list+=("${abs%/*}"$'\t'"$(printf '%q' "$abs")")
+		[[ $abs == *[$'\t\n']* ]] && bad "test path '$abs' has a tab or newline in it"
+		list+=("${abs%/*}"$'\texec\t'"$abs")
 		lbl=${abs#"$PEERMEM_ROOT"/}; lbl=${lbl#tests/}
 		labels+=("$lbl")
 	done
@@ -126,13 +130,13 @@ if [ "$accel" = auto ]; then
 		pm_log "vm: accelerator $accel (cached in $cachef)"
 	fi
 fi
-if [ "$accel" = kvm ]; then accel_args=(-accel kvm -cpu host); else accel_args=(-accel tcg -cpu max); fi
+if [ "$accel" = kvm ]; then accel_args=(-accel kvm -cpu host); else accel_args=(-accel tcg -cpu "${PEERMEM_VM_CPU:-max}"); fi
 
 # --- the run directory (the writable share) ----------------------------------
 runs=$PEERMEM_CACHE/vm-runs
 mkdir -p "$runs" || bad "cannot create $runs"
 # Keep the last few runs for post-mortems.
-ls -1dt "$runs"/run.* 2>/dev/null | tail -n +8 | xargs -r rm -rf
+ls -1dt "$runs"/run.* 2>/dev/null | tail -n +25 | xargs -r rm -rf
 res=$(mktemp -d "$runs/run.$(date +%Y%m%d-%H%M%S).XXXX")
 mkdir -p "$res/out"
 for l in "${list[@]}"; do printf '%s\n' "$l"; done > "$res/tests.list"
@@ -147,7 +151,8 @@ for l in "${list[@]}"; do printf '%s\n' "$l"; done > "$res/tests.list"
 append="console=ttyS0 root=hostroot rootfstype=9p"
 append+=" rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose ro"
 append+=" init=$PEERMEM_ROOT/tests/vm/guest-init.sh panic=-1 printk.devkmsg=on log_buf_len=8M"
-append+=" no_hash_pointers hung_task_panic=0 loglevel=7"
+# no5lvl: 4-level paging, cheaper to emulate (and -cpu max offers LA57).
+append+=" no5lvl no_hash_pointers hung_task_panic=0 loglevel=7$extra_append"
 qemu=(qemu-system-x86_64 "${accel_args[@]}" -smp "$smp" -m "$mem"
 	-nodefaults -no-user-config -display none -no-reboot
 	-chardev stdio,id=con,signal=off -serial chardev:con
@@ -314,9 +319,9 @@ if [ -s "$reports" ]; then
 		fi
 	done < "$reports"
 fi
-if [ -s "$res/kmemleak" ] && grep -q 'unreferenced object' "$res/kmemleak"; then
-	nleak=$(grep -c 'unreferenced object' "$res/kmemleak")
-	tap not-ok "kmemleak: $nleak unreferenced object(s) after the tests (full list: $res/kmemleak)"
+if [ -s "$res/kmemleak" ] && grep -q '^unreferenced object' "$res/kmemleak"; then
+	nleak=$(grep -c '^unreferenced object' "$res/kmemleak")
+	tap not-ok "kmemleak: $nleak unreferenced object(s) after the tests (list: $res/kmemleak)"
 	head -n 40 "$res/kmemleak" | sed 's/^/#   | /'
 fi
 
