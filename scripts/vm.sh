@@ -132,6 +132,19 @@ if [ "$accel" = auto ]; then
 fi
 if [ "$accel" = kvm ]; then accel_args=(-accel kvm -cpu host); else accel_args=(-accel tcg -cpu "${PEERMEM_VM_CPU:-max}"); fi
 
+# --- one VM at a time on this machine ----------------------------------------
+# One TCG guest keeps both cores of these machines busy; several at once
+# only make each slower, and then wall-clock test limits fire falsely.
+# PEERMEM_VM_PARALLEL=1 skips the queue.
+mkdir -p "$PEERMEM_CACHE" || bad "cannot create $PEERMEM_CACHE"
+if [ "${PEERMEM_VM_PARALLEL:-0}" != 1 ] && command -v flock >/dev/null; then
+	exec 9>>"$PEERMEM_CACHE/vm.lock"
+	if ! flock -n 9; then
+		pm_log "vm: another VM run is going on; waiting for it (lock $PEERMEM_CACHE/vm.lock; PEERMEM_VM_PARALLEL=1 to skip)"
+		flock 9
+	fi
+fi
+
 # --- the run directory (the writable share) ----------------------------------
 runs=$PEERMEM_CACHE/vm-runs
 mkdir -p "$runs" || bad "cannot create $runs"

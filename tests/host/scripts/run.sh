@@ -34,14 +34,17 @@ expect_clean_error() {
 }
 
 # --- 1. bad input ---------------------------------------------------------
-mkdir -p "$tmp/notakernel" "$tmp/norust/include/config" "$tmp/bin"
+# A configured, built-looking kernel tree, only without Rust.
+mkdir -p "$tmp/notakernel" "$tmp/norust/include/config" "$tmp/norust/include/generated" "$tmp/norust/scripts/mod" "$tmp/bin"
 echo 'all:' > "$tmp/norust/Makefile"
 printf 'CONFIG_MODULES=y\n# CONFIG_RUST is not set\n' > "$tmp/norust/.config"
 printf 'CONFIG_MODULES=y\n' > "$tmp/norust/include/config/auto.conf"
+printf '#define CONFIG_MODULES 1\n' > "$tmp/norust/include/generated/autoconf.h"
+: > "$tmp/norust/Module.symvers"; : > "$tmp/norust/scripts/mod/modpost"; chmod +x "$tmp/norust/scripts/mod/modpost"
 if [ -f Makefile ]; then
 	expect_clean_error "make KDIR=/nonexistent" "KDIR" make --no-print-directory KDIR=/nonexistent
 	expect_clean_error "make KDIR=<a directory that is no kernel tree>" "KDIR" make --no-print-directory KDIR="$tmp/notakernel"
-	expect_clean_error "make KDIR=<a kernel tree without CONFIG_RUST>" "rust" make --no-print-directory KDIR="$tmp/norust"
+	expect_clean_error "make KDIR=<a kernel tree without CONFIG_RUST>" "without Rust" make --no-print-directory KDIR="$tmp/norust"
 else
 	not_ok "the top-level Makefile exists (make KDIR=... input checks cannot run)"
 fi
@@ -59,6 +62,16 @@ for d in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin "$HOME/.ca
 done
 expect_clean_error "scripts/kernel.sh without clang-19 on PATH" "clang-19" \
 	env PATH="$tmp/bin" PEERMEM_CACHE="$tmp/cache" scripts/kernel.sh
+kdir=${KDIR:-}
+[ -n "$kdir" ] || kdir=$(scripts/kernel.sh --print-kdir 2>/dev/null) || kdir=
+if [ -f Makefile ] && [ -n "$kdir" ]; then
+	mkdir -p "$tmp/bin-nobindgen"
+	for f in "$tmp"/bin/*; do [ "${f##*/}" = bindgen ] || ln -s "$(readlink "$f")" "$tmp/bin-nobindgen/${f##*/}"; done
+	expect_clean_error "make KDIR=<rig kernel> without bindgen on PATH" "bindgen" \
+		env PATH="$tmp/bin-nobindgen" make --no-print-directory KDIR="$kdir"
+else
+	skip "make without bindgen on PATH (needs the Makefile and a built rig kernel)"
+fi
 expect_clean_error "scripts/vm.sh with no tests" "nothing to run" scripts/vm.sh
 expect_clean_error "scripts/vm.sh with a test that does not exist" "does not exist" scripts/vm.sh --kdir "$tmp/notakernel" tests/guest/nosuch/t_nothing
 : > "$tmp/t_notexec"
@@ -96,7 +109,7 @@ noboot)	printf '[    1.000000] Linux version fake\r\n[    2.000000] VFS: Cannot 
 esac
 Q
 chmod +x "$tmp/fakeq/bin/qemu-system-x86_64"
-fakevm() { PATH="$tmp/fakeq/bin:$PATH" scripts/vm.sh --kdir "$tmp/fakek" --accel tcg "$@" >"$tmp/vm.out" 2>"$tmp/vm.err"; echo $?; }
+fakevm() { PEERMEM_VM_PARALLEL=1 PATH="$tmp/fakeq/bin:$PATH" scripts/vm.sh --kdir "$tmp/fakek" --accel tcg "$@" >"$tmp/vm.out" 2>"$tmp/vm.err"; echo $?; }
 f0=$nfail
 t0=$SECONDS
 rc=$(FAKEQ_MODE=hang FAKEQ_TEST="$fix/t_hang" fakevm --timeout 5 "$fix/t_hang" "$fix/t_pass")
@@ -114,8 +127,6 @@ has "... and what QEMU said" '^#   \| qemu: fake trouble'
 show_on_fail "$f0"
 
 # The real thing: needs a built rig kernel.
-kdir=${KDIR:-}
-[ -n "$kdir" ] || kdir=$(scripts/kernel.sh --print-kdir 2>/dev/null) || kdir=
 if [ "${PEERMEM_SCRIPTS_NO_VM:-0}" = 1 ] || [ -z "$kdir" ] || [ ! -f "$kdir/arch/x86/boot/bzImage" ]; then
 	skip "VM runner failure checks (no built rig kernel, or PEERMEM_SCRIPTS_NO_VM=1)"
 	echo "1..$n"; [ "$nfail" = 0 ]; exit
