@@ -127,11 +127,38 @@ static int dbg_set(const char *name, long long v)
 
 /* ---- modules */
 
+/*
+ * The repository: $PEERMEM_ROOT if it holds tests/gpusim, else derived from
+ * this program's own path (<root>/tests/guest/gpusim/t_...).
+ */
 static const char *root_dir(void)
 {
+	static char root[512];
 	const char *r = getenv("PEERMEM_ROOT");
+	char probe[600];
+	ssize_t n;
+	int i;
 
-	return r && *r ? r : "/work/main";
+	if (root[0])
+		return root;
+	if (r && *r) {
+		snprintf(probe, sizeof(probe), "%s/tests/gpusim", r);
+		if (access(probe, F_OK) == 0) {
+			snprintf(root, sizeof(root), "%s", r);
+			return root;
+		}
+	}
+	n = readlink("/proc/self/exe", root, sizeof(root) - 1);
+	root[n > 0 ? n : 0] = 0;
+	for (i = 0; i < 4; i++) {	/* strip t_x, gpusim, guest, tests */
+		char *slash = strrchr(root, '/');
+
+		if (slash)
+			*slash = 0;
+	}
+	if (!root[0])
+		snprintf(root, sizeof(root), "/work/main");
+	return root;
 }
 
 static int load_module(const char *rel)
