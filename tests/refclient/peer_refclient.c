@@ -36,11 +36,15 @@
  *
  * debugfs peer_refclient/: live_allocs, live_mem_bytes (refmem memory not
  * yet freed), live_pins, live_maps (all 0 when nothing is in use), last_ticket, invalidate_ticket (write a ticket: the
- * client calls the core's invalidate with it), last_invalidate_ret.
+ * client calls the core's invalidate with it), last_invalidate_ret,
+ * race_invalidate (write 1: the next get_pages() starts an invalidation of
+ * its mapping from a work item and waits 100 ms before returning, so the
+ * invalidation reaches the core before the driver activated its notifier).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/debugfs.h>
+#include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/kref.h>
@@ -95,6 +99,8 @@ static atomic_t live_maps = ATOMIC_INIT(0);
 static atomic_long_t live_mem_bytes = ATOMIC_LONG_INIT(0);
 static u64 last_ticket = ~0ULL;
 static int last_invalidate_ret;
+static atomic_t race_armed = ATOMIC_INIT(0);
+static struct workqueue_struct *ref_wq;
 
 /* source=gpusim: the nvidia_p2p_* entry points, from symbol_get. */
 #define GS_PAGE 0x10000UL
@@ -153,6 +159,7 @@ struct ref_ctx {
 	struct sg_table sgt;		/* our copy of the table we filled */
 	struct list_head pin_node;
 	struct list_head free_node;	/* on a free path's private list */
+	struct work_struct race_work;	/* see race_invalidate */
 };
 
 static void ref_alloc_free_pages(struct ref_alloc *a)
@@ -279,7 +286,29 @@ static void ref_invalidate_ctx(struct ref_ctx *c)
 		ref_ctx_unmap_put(c);
 }
 
-static struct workqueue_struct *ref_wq;
+/* race_invalidate: invalidate a mapping while the core is still building it. */
+static void ref_race_work(struct work_struct *work)
+{
+	struct ref_ctx *c = container_of(work, struct ref_ctx, race_work);
+
+	ref_invalidate_ctx(c);
+	kref_put(&c->ref, ref_ctx_release);
+}
+
+/*
+ * Called at the end of a successful get_pages(): if armed, start an
+ * invalidation of this mapping from another thread and give it time to
+ * reach the core, which must hold it until the driver's mapping is live.
+ */
+static void ref_maybe_race(struct ref_ctx *c)
+{
+	if (!invalidate || !atomic_xchg(&race_armed, 0))
+		return;
+	kref_get(&c->ref);
+	INIT_WORK(&c->race_work, ref_race_work);
+	queue_work(ref_wq, &c->race_work);
+	msleep(100);
+}
 
 /* Invalidate every pin of a dead allocation, then free its pages. */
 static void ref_free_work(struct work_struct *work)
@@ -566,6 +595,8 @@ static int gs_get_pages(struct ref_ctx *c, u64 core_context)
 	atomic_inc(&live_pins);
 out:
 	mutex_unlock(&c->lock);
+	if (!ret)
+		ref_maybe_race(c);
 	return ret;
 }
 
@@ -596,6 +627,8 @@ static int ref_get_pages(unsigned long addr, size_t size, int write, int force,
 	}
 	mutex_unlock(&ref_lock);
 	mutex_unlock(&c->lock);
+	if (!ret)
+		ref_maybe_race(c);
 	return ret;
 }
 
@@ -771,6 +804,15 @@ static int ref_invalidate_set(void *data, u64 val)
 DEFINE_DEBUGFS_ATTRIBUTE(ref_invalidate_fops, NULL, ref_invalidate_set,
 			 "%llu\n");
 
+static int ref_race_set(void *data, u64 val)
+{
+	if (!core_invalidate)
+		return -EOPNOTSUPP;
+	atomic_set(&race_armed, !!val);
+	return 0;
+}
+DEFINE_DEBUGFS_ATTRIBUTE(ref_race_fops, NULL, ref_race_set, "%llu\n");
+
 static const char * const gs_symbols[] = {
 	"nvidia_p2p_get_pages", "nvidia_p2p_put_pages",
 	"nvidia_p2p_get_pages_persistent", "nvidia_p2p_put_pages_persistent",
@@ -900,6 +942,8 @@ static int __init ref_init(void)
 				   &ref_last_ret_fops);
 	debugfs_create_file_unsafe("invalidate_ticket", 0200, dbg_dir, NULL,
 				   &ref_invalidate_fops);
+	debugfs_create_file_unsafe("race_invalidate", 0200, dbg_dir, NULL,
+				   &ref_race_fops);
 	pr_info("registered as %s (source=%s invalidate=%d unmaps=%d page=%lu KiB cpu_pages=%d)\n",
 		name, source, invalidate, unmaps,
 		(use_gpusim ? GS_PAGE : psize) / 1024, cpu_pages);

@@ -388,17 +388,27 @@ static int rdma_op(struct conn *c, enum ibv_wr_opcode op, struct ibv_mr *lmr,
 	wr.send_flags = IBV_SEND_SIGNALED;
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
-	if (ibv_post_send(c->qa, &wr, &bad))
+	n = ibv_post_send(c->qa, &wr, &bad);
+	if (n) {
+		diag("ibv_post_send: %s", strerror(n));
 		return -1;
+	}
 	end = now_s() + 30;
 	do {
 		n = ibv_poll_cq(c->cq, 1, &wc);
-		if (n < 0)
+		if (n < 0) {
+			diag("ibv_poll_cq failed");
 			return -1;
-		if (n == 1)
+		}
+		if (n == 1) {
+			if (wc.wr_id != 42)
+				diag("completion of another request (wr_id %llu)",
+				     (unsigned long long)wc.wr_id);
 			return wc.status;
+		}
 		usleep(1000);
 	} while (now_s() < end);
+	diag("no completion within 30 s");
 	return -1;
 }
 

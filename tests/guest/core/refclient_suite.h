@@ -415,7 +415,8 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		t = read_ll(RDBG "last_ticket");
 		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, 4096,
 				   (uintptr_t)p, pmr->rkey) : -1;
-		ok(rc == 0, "a fresh peer MR works (ticket %lld)", t);
+		ok(rc == 0, "a fresh peer MR works (ticket %lld, status %d, errno %d)",
+		   t, rc, pmr ? 0 : errno);
 		peer_stats(CLIENT, &s0);
 		snprintf(want, sizeof(want), "%lld", t);
 		rc = write_str(RDBG "invalidate_ticket", want);
@@ -445,6 +446,43 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		ok(peer_stats_balanced(&s1) && rc_live("live_pins") == 0 &&
 		   rc_live("live_maps") == 0,
 		   "nothing left pinned or mapped");
+
+		/*
+		 * An invalidation that reaches the core between get_pages()
+		 * and the moment rxe's MR is live: it waits for the mapping
+		 * lock, then revokes the fresh MR.
+		 */
+		fill(p, PEER_LEN, 0x6767);
+		memcpy(saved, p, PEER_LEN);
+		peer_stats(CLIENT, &s0);
+		rc = write_str(RDBG "race_invalidate", "1");
+		pmr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
+		ok(rc == 0 && pmr != NULL,
+		   "registration succeeds with an invalidation of it in flight");
+		{
+			double end = now_s() + 20;
+
+			do {
+				peer_stats(CLIENT, &s1);
+				if (s1.invalidated_mrs > s0.invalidated_mrs)
+					break;
+				usleep(50000);
+			} while (now_s() < end);
+		}
+		ok(s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
+		   s1.alloc_mrs == s0.alloc_mrs + 1 && peer_stats_balanced(&s1),
+		   "the early invalidation was held until the MR was live, then revoked it");
+		fill(hbuf, 4096, 0x7878);
+		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 4096,
+				   (uintptr_t)p, pmr->rkey) : -1;
+		ok(rc > 0 && !memcmp(p, saved, PEER_LEN),
+		   "RDMA WRITE to it completes in error (status %d) and the memory is untouched",
+		   rc);
+		if (conn_qps(&c))
+			bail("cannot recreate the QPs");
+		ok(pmr && ibv_dereg_mr(pmr) == 0 && rc_live("live_pins") == 0 &&
+		   rc_live("live_maps") == 0,
+		   "ibv_dereg_mr succeeds, nothing left pinned or mapped");
 	}
 
 	/* Free the memory while the MR is live. */
@@ -555,13 +593,64 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 
 out:
 	ibv_dereg_mr(hmr);
-	conn_close(&c);
-	close(fd);
 	peer_stats_diag(CLIENT);
-	ok(rc_all_idle(), "client: no allocation, pin or mapping left");
-	rc = run("rmmod peer_refclient");
-	ok(rc == 0 && access("/sys/kernel/debug/peer_memory/" CLIENT, F_OK) != 0,
-	   "rmmod unregisters the client and removes its statistics");
+	if (!cfg->invalidate && !use_gpusim && cfg->cpu_pages) {
+		/*
+		 * Unregistration waits for the umems: pinned memory whose
+		 * mapping and file are gone keeps an MR alive; rmmod then
+		 * blocks in ib_unregister_peer_memory_client() until the MR
+		 * is deregistered.
+		 */
+		uint8_t *q = src_alloc(fd, PEER_LEN, &ph);
+		struct ibv_mr *qmr;
+		int waited = 0;
+
+		if (!q)
+			bail("cannot allocate peer memory: %s", strerror(errno));
+		fill(q, PEER_LEN, 0x4242);
+		memcpy(saved, q, PEER_LEN);
+		qmr = ibv_reg_mr(c.pd, q, PEER_LEN, MR_ACCESS);
+		munmap(q, PEER_LEN);
+		close(fd);
+		fd = -1;
+		ok(qmr && rc_all_idle() == 0, "an MR pins memory that is no longer mapped");
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			execlp("rmmod", "rmmod", "peer_refclient", (char *)NULL);
+			_exit(127);
+		}
+		sleep(3);
+		ok(waitpid(pid, &st, WNOHANG) == 0 &&
+		   access("/sys/module/peer_refclient", F_OK) == 0,
+		   "rmmod blocks while the MR uses the client");
+		rc = qmr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, 65536,
+				   (uintptr_t)q, qmr->rkey) : -1;
+		ok(rc == 0 && !memcmp(hbuf, saved, 65536),
+		   "the MR still works meanwhile (status %d)", rc);
+		if (qmr)
+			ibv_dereg_mr(qmr);
+		{
+			double end = now_s() + 60;
+
+			while (waitpid(pid, &st, WNOHANG) == 0 && now_s() < end)
+				usleep(100000);
+			waited = now_s() < end;
+		}
+		ok(waited && WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+		   access("/sys/module/peer_refclient", F_OK) != 0,
+		   "deregistering the MR lets rmmod finish");
+		conn_close(&c);
+	} else {
+		conn_close(&c);
+		close(fd);
+		ok(rc_all_idle(), "client: no allocation, pin or mapping left");
+		rc = run("rmmod peer_refclient");
+		ok(rc == 0 && access("/sys/kernel/debug/peer_memory/" CLIENT, F_OK) != 0,
+		   "rmmod unregisters the client and removes its statistics");
+	}
+	ok(run("dmesg | grep -Eq 'peer_refclient: (leaked|.*before|.*did not fill|.*still pinned)'") != 0,
+	   "the client saw every call in order and reported no leak at unload");
 	return finish();
 }
 
