@@ -12,7 +12,7 @@ use crate::stats::{Counter, Stats};
 use core::ffi::{c_void, CStr};
 use core::ptr;
 use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::error::{code, to_result, Result};
+use kernel::error::{code, to_result, Error, Result};
 
 #[allow(
     clippy::all,
@@ -47,6 +47,11 @@ pub(crate) const VERSION: &str = {
 // The version doubles as the peer-memory client's version string, which
 // leaves its last two bytes to the NUL and the extended-client marker.
 const _: () = assert!(VERSION.len() <= raw::IB_PEER_MEMORY_VER_MAX as usize - 2);
+
+/// `EOVERFLOW`, which the kernel crate of 6.12 does not name.
+pub(crate) fn eoverflow() -> Error {
+    Error::from_errno(-(kernel::bindings::EOVERFLOW as i32))
+}
 
 /// The `peer_name` module parameter, unchecked (see `params`).
 pub(crate) fn param_peer_name() -> &'static [u8] {
