@@ -60,8 +60,8 @@ endef
 define peermem-check-rust
 $(if $(filter y,$(call kconfig,CONFIG_RUST)),,$(call peermem-err,the kernel in KDIR=$(KDIR) is built without Rust (CONFIG_RUST is not y). peermem is a Rust module: use a CONFIG_RUST=y kernel (scripts/kernel.sh builds one)))
 $(if $(wildcard $(KDIR)/rust/libkernel.rmeta),,$(call peermem-err,KDIR=$(KDIR) has CONFIG_RUST=y but no built Rust kernel crate (rust/libkernel.rmeta). Build that kernel first))
-$(if $(shell command -v $(or $(RUSTC),rustc) 2>/dev/null),,$(call peermem-err,rustc not found. Install Rust (rustup) as for the kernel build, or set RUSTC=))
-$(if $(shell command -v $(or $(BINDGEN),bindgen) 2>/dev/null),,$(call peermem-err,bindgen not found. Install it with 'cargo install --locked bindgen-cli' (scripts/setup-host.sh does), or set BINDGEN=))
+$(if $(shell command -v $(or $(RUSTC),rustc) 2>/dev/null),,$(call peermem-err,rustc not found. Install Rust (rustup) as for the kernel build; or set RUSTC=))
+$(if $(shell command -v $(or $(BINDGEN),bindgen) 2>/dev/null),,$(call peermem-err,bindgen not found. Install it with 'cargo install --locked bindgen-cli' (scripts/setup-host.sh does it); or set BINDGEN=))
 $(if $(call kconfig,CONFIG_RUSTC_VERSION_TEXT),$(if $(call streq,$(call kconfig,CONFIG_RUSTC_VERSION_TEXT),"$(shell $(or $(RUSTC),rustc) --version 2>/dev/null)"),,$(call peermem-err,$(shell $(or $(RUSTC),rustc) --version) is not the $(call kconfig,CONFIG_RUSTC_VERSION_TEXT) that built KDIR=$(KDIR); Rust modules need the same compiler. Use that rustc or rebuild the kernel)))
 endef
 
@@ -78,7 +78,13 @@ modules_install:
 
 # Works without a kernel tree too.
 clean:
-	+$(if $(wildcard $(KDIR)/Makefile),$(kmake) clean,@echo "peermem: KDIR=$(KDIR) not found; removing build outputs directly")
+ifneq ($(wildcard $(KDIR)/Makefile),)
+	+$(kmake) clean
+else
+	@echo "peermem: KDIR=$(KDIR) not found; removing build outputs directly"
+	cd $(PEERMEM_DIR) && rm -f peermem.ko peermem.o peermem.mod peermem.mod.c peermem.mod.o .module-common.o \
+		Module.symvers modules.order rust/*.o .*.cmd rust/.*.cmd rust/.*.d
+endif
 	rm -f $(PEERMEM_DIR)/rust/ffi_generated.rs $(PEERMEM_DIR)/rust/ffi_generated.rs.tmp.*
 
 help:

@@ -48,7 +48,8 @@ mapfile -d '' -t words < <(printf '%s' "$line" | xargs printf '%s\0') ||
 	die "cannot parse the bindgen command in $cmdfile"
 [ "${#words[@]}" -gt 2 ] || die "no bindgen command in $cmdfile"
 
-bindgen_bin=${words[0]}
+# The kernel build exports BINDGEN (a BINDGEN=... given to make wins).
+bindgen_bin=${BINDGEN:-${words[0]}}
 command -v "$bindgen_bin" >/dev/null 2>&1 ||
 	die "'$bindgen_bin' (the bindgen the kernel was built with) not found; install bindgen-cli (scripts/setup-host.sh) or put it in PATH"
 
