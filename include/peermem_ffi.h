@@ -31,10 +31,10 @@
 /* ---- Module parameters (read-only once the module is loaded) */
 
 /*
- * The peer_name parameter: a NUL-terminated string of at most
- * IB_PEER_MEMORY_NAME_MAX - 1 bytes. The module loader has stored it
- * before module init runs and nothing changes it afterwards (0444), so
- * the pointer is valid and the contents stable until the module unloads.
+ * The peer_name parameter: a buffer of IB_PEER_MEMORY_NAME_MAX bytes
+ * holding a NUL-terminated string. The module loader has stored it before
+ * module init runs and nothing changes it afterwards (0444), so the pointer
+ * is valid and the contents stable until the module unloads.
  */
 const char *peermem_param_peer_name(void);
 

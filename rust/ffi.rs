@@ -25,7 +25,11 @@ use kernel::error::{code, to_result, Error, Result};
     unreachable_pub,
     unsafe_op_in_unsafe_fn
 )]
-#[allow(clippy::undocumented_unsafe_blocks, clippy::ptr_as_ptr, clippy::ref_as_ptr)]
+#[allow(
+    clippy::undocumented_unsafe_blocks,
+    clippy::ptr_as_ptr,
+    clippy::ref_as_ptr
+)]
 mod raw {
     include!("ffi_generated.rs");
 }
@@ -57,10 +61,15 @@ pub(crate) fn eoverflow() -> Error {
 pub(crate) fn param_peer_name() -> &'static [u8] {
     // SAFETY: FFI call without preconditions.
     let name = unsafe { raw::peermem_param_peer_name() };
-    // SAFETY: per `peermem_ffi.h` `name` points to a NUL-terminated string
-    // that the module loader wrote before init and that nothing changes
-    // until the module unloads, which ends every use of this reference.
-    unsafe { CStr::from_ptr(name.cast()) }.to_bytes()
+    // SAFETY: per `peermem_ffi.h` `name` points to a buffer of
+    // `IB_PEER_MEMORY_NAME_MAX` bytes that the module loader filled before
+    // init and that nothing changes until the module unloads, which ends
+    // every use of this reference.
+    let buf = unsafe { core::slice::from_raw_parts(name.cast::<u8>(), PEER_NAME_CAPACITY) };
+    // The loader always leaves a NUL in it; without one, take the whole buffer
+    // (the check in `params` then refuses it as too long).
+    let len = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+    &buf[..len]
 }
 
 /// The `enable_invalidate` module parameter.
@@ -103,7 +112,7 @@ impl Debugfs {
             // outlive the directory.
             unsafe {
                 raw::peermem_debugfs_add_counter(
-                    name.as_ptr().cast(),
+                    name.to_bytes_with_nul().as_ptr().cast(),
                     ptr::from_ref::<Counter>(counter).cast::<c_void>(),
                 )
             };

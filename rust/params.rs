@@ -67,11 +67,17 @@ impl Params {
                     NameError::Reserved => "'.' and '..' are reserved",
                     NameError::BadChar(_) => "it may only contain A-Z a-z 0-9 _ . -",
                 };
-                pr_err!("invalid peer_name parameter: {}; load peermem with e.g. peer_name=peermem\n", why);
+                pr_err!(
+                    "invalid peer_name parameter: {}; load peermem with e.g. peer_name=peermem\n",
+                    why
+                );
                 return Err(EINVAL);
             }
         };
-        Ok(Self { peer_name, enable_invalidate: ffi::param_enable_invalidate() })
+        Ok(Self {
+            peer_name,
+            enable_invalidate: ffi::param_enable_invalidate(),
+        })
     }
 }
 
@@ -94,13 +100,19 @@ mod tests {
     #[test]
     fn bad_names() {
         assert_eq!(check_peer_name(b""), Err(NameError::Empty));
-        assert_eq!(check_peer_name(&[b'x'; PEER_NAME_MAX + 1]), Err(NameError::TooLong));
+        assert_eq!(
+            check_peer_name(&[b'x'; PEER_NAME_MAX + 1]),
+            Err(NameError::TooLong)
+        );
         assert_eq!(check_peer_name(b"."), Err(NameError::Reserved));
         assert_eq!(check_peer_name(b".."), Err(NameError::Reserved));
         assert_eq!(check_peer_name(b"a/b"), Err(NameError::BadChar(b'/')));
         assert_eq!(check_peer_name(b"a b"), Err(NameError::BadChar(b' ')));
         assert_eq!(check_peer_name(b"tab\t"), Err(NameError::BadChar(b'\t')));
-        assert_eq!(check_peer_name("m\u{e4}m".as_bytes()), Err(NameError::BadChar(0xc3)));
+        assert_eq!(
+            check_peer_name("m\u{e4}m".as_bytes()),
+            Err(NameError::BadChar(0xc3))
+        );
         assert_eq!(check_peer_name(b"nul\0"), Err(NameError::BadChar(0)));
     }
 

@@ -172,7 +172,11 @@ impl SegmentLimits {
     /// bytes (`dma_get_max_seg_size()`, rounded down to whole pages) that
     /// never cross an address that is a multiple of `boundary_mask + 1`
     /// (`dma_get_seg_boundary()`; `u64::MAX` for none).
-    pub(crate) fn new(page_size: u64, max_len: u32, boundary_mask: u64) -> Result<Self, CoalesceError> {
+    pub(crate) fn new(
+        page_size: u64,
+        max_len: u32,
+        boundary_mask: u64,
+    ) -> Result<Self, CoalesceError> {
         if !page_size.is_power_of_two() {
             return Err(CoalesceError::BadPageSize);
         }
@@ -187,7 +191,11 @@ impl SegmentLimits {
         }
         // INVARIANT: checked above; `max_len` is non-zero and rounded down
         // to a multiple of `page_size`, so it is at least `page_size`.
-        Ok(Self { page_size, max_len, boundary_mask })
+        Ok(Self {
+            page_size,
+            max_len,
+            boundary_mask,
+        })
     }
 
     /// The page size.
@@ -230,7 +238,9 @@ pub(crate) fn count_segments(
     for page in pages {
         limits.check_page(page)?;
         cur = match cur {
-            Some((start, len)) if limits.can_extend(start, len, page) => Some((start, len + limits.page_size)),
+            Some((start, len)) if limits.can_extend(start, len, page) => {
+                Some((start, len + limits.page_size))
+            }
             _ => {
                 count += 1;
                 Some((page, limits.page_size))
@@ -246,7 +256,11 @@ pub(crate) fn count_segments(
 /// Pages should have passed [`count_segments`]; an invalid page is never
 /// merged with another, it does not panic.
 pub(crate) fn coalesce<I: Iterator<Item = u64>>(pages: I, limits: SegmentLimits) -> Coalesce<I> {
-    Coalesce { pages, limits, pending: None }
+    Coalesce {
+        pages,
+        limits,
+        pending: None,
+    }
 }
 
 /// Iterator returned by [`coalesce`].
@@ -271,7 +285,10 @@ impl<I: Iterator<Item = u64>> Iterator for Coalesce<I> {
             }
         }
         // `len <= max_len <= u32::MAX` (type invariant of `SegmentLimits`).
-        Some(Segment { addr: start, len: len as u32 })
+        Some(Segment {
+            addr: start,
+            len: len as u32,
+        })
     }
 }
 
@@ -367,11 +384,20 @@ mod tests {
         assert_eq!(GpuRange::new(u64::MAX - 9, 10), Err(RangeError::Wraps));
         // The range fits, but its last GPU page would end at 2^64.
         assert_eq!(GpuRange::new(u64::MAX - 10, 5), Err(RangeError::Wraps));
-        assert_eq!(GpuRange::new(0xffff_ffff_ffff_0000, 1), Err(RangeError::Wraps));
+        assert_eq!(
+            GpuRange::new(0xffff_ffff_ffff_0000, 1),
+            Err(RangeError::Wraps)
+        );
         // Small length, start near the top.
-        assert_eq!(GpuRange::new(u64::MAX - 0x100, 0x200), Err(RangeError::Wraps));
+        assert_eq!(
+            GpuRange::new(u64::MAX - 0x100, 0x200),
+            Err(RangeError::Wraps)
+        );
         // A huge address plus a valid length.
-        assert_eq!(GpuRange::new(u64::MAX - MAX_RANGE_LEN + 1, MAX_RANGE_LEN), Err(RangeError::Wraps));
+        assert_eq!(
+            GpuRange::new(u64::MAX - MAX_RANGE_LEN + 1, MAX_RANGE_LEN),
+            Err(RangeError::Wraps)
+        );
     }
 
     #[test]
@@ -383,13 +409,19 @@ mod tests {
         let r = GpuRange::new(0xffff_ffff_fffe_ffff, 1)?;
         assert_eq!(r.page_count(), 1);
         assert_eq!(r.offset_in_first_page(), 0xffff);
-        assert_eq!(GpuRange::new(0xffff_ffff_fffe_ffff, 2), Err(RangeError::Wraps));
+        assert_eq!(
+            GpuRange::new(0xffff_ffff_fffe_ffff, 2),
+            Err(RangeError::Wraps)
+        );
         Ok(())
     }
 
     #[test]
     fn absurd_sizes_are_refused() -> Result {
-        assert_eq!(GpuRange::new(0, MAX_RANGE_LEN + 1), Err(RangeError::TooLarge));
+        assert_eq!(
+            GpuRange::new(0, MAX_RANGE_LEN + 1),
+            Err(RangeError::TooLarge)
+        );
         assert_eq!(GpuRange::new(0, u64::MAX), Err(RangeError::TooLarge));
         assert_eq!(GpuRange::new(u64::MAX, u64::MAX), Err(RangeError::TooLarge));
         let r = GpuRange::new(0, MAX_RANGE_LEN)?;
@@ -411,16 +443,39 @@ mod tests {
     #[test]
     fn grid_of_ranges_keeps_all_invariants() {
         let addrs = [
-            0u64, 1, 0xfff, 0x1000, 0xffff, 0x10000, 0x10001, 0x1ffff, 0x7fff_ffff_0000,
-            0x7fff_ffff_ffff, 0xdead_beef, 0xffff_ffff_fffd_0001,
+            0u64,
+            1,
+            0xfff,
+            0x1000,
+            0xffff,
+            0x10000,
+            0x10001,
+            0x1ffff,
+            0x7fff_ffff_0000,
+            0x7fff_ffff_ffff,
+            0xdead_beef,
+            0xffff_ffff_fffd_0001,
         ];
-        let lens = [1u64, 2, 0xffff, 0x10000, 0x10001, 0x1ffff, 0x20000, 3 * P - 1, 1 << 30, 12345];
+        let lens = [
+            1u64,
+            2,
+            0xffff,
+            0x10000,
+            0x10001,
+            0x1ffff,
+            0x20000,
+            3 * P - 1,
+            1 << 30,
+            12345,
+        ];
         let mut checked = 0;
         for &addr in addrs.iter() {
             for &len in lens.iter() {
                 let Ok(r) = GpuRange::new(addr, len) else {
                     // Only a range running into the top page may be refused here.
-                    assert!(addr.checked_add(len).map_or(true, |e| e > 0xffff_ffff_ffff_0000));
+                    assert!(addr
+                        .checked_add(len)
+                        .is_none_or(|e| e > 0xffff_ffff_ffff_0000));
                     continue;
                 };
                 checked += 1;
@@ -463,7 +518,13 @@ mod tests {
         assert_eq!(coalesce([].into_iter(), l).count(), 0);
         let (n, s) = segs([0x40000u64].into_iter(), l);
         assert_eq!(n, 1);
-        assert_eq!(s[0], Segment { addr: 0x40000, len: 0x10000 });
+        assert_eq!(
+            s[0],
+            Segment {
+                addr: 0x40000,
+                len: 0x10000
+            }
+        );
         Ok(())
     }
 
@@ -474,13 +535,25 @@ mod tests {
         assert_eq!(count_segments(contiguous.into_iter(), &l), Ok(1));
         let (n, s) = segs(contiguous.into_iter(), l);
         assert_eq!(n, 1);
-        assert_eq!(s[0], Segment { addr: 0x100000, len: 0x40000 });
+        assert_eq!(
+            s[0],
+            Segment {
+                addr: 0x100000,
+                len: 0x40000
+            }
+        );
 
         let gaps = [0x100000u64, 0x120000, 0x140000];
         assert_eq!(count_segments(gaps.into_iter(), &l), Ok(3));
         let (n, s) = segs(gaps.into_iter(), l);
         assert_eq!(n, 3);
-        assert_eq!(s[2], Segment { addr: 0x140000, len: 0x10000 });
+        assert_eq!(
+            s[2],
+            Segment {
+                addr: 0x140000,
+                len: 0x10000
+            }
+        );
 
         // Descending neighbours are not contiguous in bus-address order.
         let reversed = [0x130000u64, 0x120000, 0x110000];
@@ -499,9 +572,27 @@ mod tests {
         assert_eq!(count_segments(pages.into_iter(), &l), Ok(3));
         let (n, s) = segs(pages.into_iter(), l);
         assert_eq!(n, 3);
-        assert_eq!(s[0], Segment { addr: a, len: 0x20000 });
-        assert_eq!(s[1], Segment { addr: b, len: 0x30000 });
-        assert_eq!(s[2], Segment { addr: 0x50000, len: 0x10000 });
+        assert_eq!(
+            s[0],
+            Segment {
+                addr: a,
+                len: 0x20000
+            }
+        );
+        assert_eq!(
+            s[1],
+            Segment {
+                addr: b,
+                len: 0x30000
+            }
+        );
+        assert_eq!(
+            s[2],
+            Segment {
+                addr: 0x50000,
+                len: 0x10000
+            }
+        );
         Ok(())
     }
 
@@ -511,9 +602,27 @@ mod tests {
         let l = limits(0x20000, u64::MAX)?;
         let (n, s) = segs(pages.into_iter(), l);
         assert_eq!(n, 3);
-        assert_eq!(s[0], Segment { addr: 0, len: 0x20000 });
-        assert_eq!(s[1], Segment { addr: 2 * P, len: 0x20000 });
-        assert_eq!(s[2], Segment { addr: 4 * P, len: 0x10000 });
+        assert_eq!(
+            s[0],
+            Segment {
+                addr: 0,
+                len: 0x20000
+            }
+        );
+        assert_eq!(
+            s[1],
+            Segment {
+                addr: 2 * P,
+                len: 0x20000
+            }
+        );
+        assert_eq!(
+            s[2],
+            Segment {
+                addr: 4 * P,
+                len: 0x10000
+            }
+        );
         assert_eq!(count_segments(pages.into_iter(), &l), Ok(3));
         // A limit that is not a whole number of pages is rounded down: 200 KiB -> 3 pages.
         let l = limits(200 * 1024, u64::MAX)?;
@@ -522,9 +631,18 @@ mod tests {
         let (n, s) = segs(pages.into_iter(), l);
         assert_eq!(n, 2);
         assert_eq!(s[0].len, 0x30000);
-        assert_eq!(s[1], Segment { addr: 3 * P, len: 0x20000 });
+        assert_eq!(
+            s[1],
+            Segment {
+                addr: 3 * P,
+                len: 0x20000
+            }
+        );
         // Exactly one page per segment.
-        assert_eq!(count_segments(pages.into_iter(), &limits(0x10000, u64::MAX)?), Ok(5));
+        assert_eq!(
+            count_segments(pages.into_iter(), &limits(0x10000, u64::MAX)?),
+            Ok(5)
+        );
         Ok(())
     }
 
@@ -535,12 +653,30 @@ mod tests {
         let l = limits(u32::MAX, 0xffff_ffff)?;
         let (n, s) = segs(pages.into_iter(), l);
         assert_eq!(n, 2);
-        assert_eq!(s[0], Segment { addr: 0xfffe_0000, len: 0x20000 });
-        assert_eq!(s[1], Segment { addr: 0x1_0000_0000, len: 0x20000 });
+        assert_eq!(
+            s[0],
+            Segment {
+                addr: 0xfffe_0000,
+                len: 0x20000
+            }
+        );
+        assert_eq!(
+            s[1],
+            Segment {
+                addr: 0x1_0000_0000,
+                len: 0x20000
+            }
+        );
         // Without a boundary they merge.
-        assert_eq!(count_segments(pages.into_iter(), &limits(u32::MAX, u64::MAX)?), Ok(1));
+        assert_eq!(
+            count_segments(pages.into_iter(), &limits(u32::MAX, u64::MAX)?),
+            Ok(1)
+        );
         // A boundary equal to the page size allows no merging at all.
-        assert_eq!(count_segments(pages.into_iter(), &limits(u32::MAX, P - 1)?), Ok(4));
+        assert_eq!(
+            count_segments(pages.into_iter(), &limits(u32::MAX, P - 1)?),
+            Ok(4)
+        );
         Ok(())
     }
 
@@ -552,14 +688,38 @@ mod tests {
         assert_eq!(l.max_len(), 0xffff_0000);
         let (count, s) = segs((0..n).map(|i| i * P), l);
         assert_eq!(count, 2);
-        assert_eq!(s[0], Segment { addr: 0, len: 0xffff_0000 });
-        assert_eq!(s[1], Segment { addr: 0xffff_0000, len: ((n - 65535) * P) as u32 });
+        assert_eq!(
+            s[0],
+            Segment {
+                addr: 0,
+                len: 0xffff_0000
+            }
+        );
+        assert_eq!(
+            s[1],
+            Segment {
+                addr: 0xffff_0000,
+                len: ((n - 65535) * P) as u32
+            }
+        );
         // With a 4 GiB boundary the second segment ends at 4 GiB after one page.
         let l = limits(u32::MAX, 0xffff_ffff)?;
         let (count, s) = segs((0..n).map(|i| i * P), l);
         assert_eq!(count, 3);
-        assert_eq!(s[1], Segment { addr: 0xffff_0000, len: 0x10000 });
-        assert_eq!(s[2], Segment { addr: 0x1_0000_0000, len: ((n - 65536) * P) as u32 });
+        assert_eq!(
+            s[1],
+            Segment {
+                addr: 0xffff_0000,
+                len: 0x10000
+            }
+        );
+        assert_eq!(
+            s[2],
+            Segment {
+                addr: 0x1_0000_0000,
+                len: ((n - 65536) * P) as u32
+            }
+        );
         assert_eq!(count_segments((0..n).map(|i| i * P), &l), Ok(3));
         Ok(())
     }
@@ -574,9 +734,15 @@ mod tests {
             let mut addr = 0x10_0000_0000u64;
             let mut k = 0;
             while k < i {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 // About one break in four: jump ahead by 1..16 pages.
-                addr += if (x >> 60) < 4 { ((x >> 56) & 0xf) * P + 2 * P } else { P };
+                addr += if (x >> 60) < 4 {
+                    ((x >> 56) & 0xf) * P + 2 * P
+                } else {
+                    P
+                };
                 k += 1;
             }
             addr
@@ -590,7 +756,10 @@ mod tests {
         for s in coalesce((0..total).map(page), l) {
             produced += 1;
             assert!(s.len > 0 && u64::from(s.len) % P == 0 && u64::from(s.len) <= l.max_len());
-            assert_eq!(s.addr & !0xff_ffff, (s.addr + u64::from(s.len) - 1) & !0xff_ffff);
+            assert_eq!(
+                s.addr & !0xff_ffff,
+                (s.addr + u64::from(s.len) - 1) & !0xff_ffff
+            );
             let mut off = 0u64;
             while off < u64::from(s.len) {
                 if page(next) != s.addr + off {
@@ -610,19 +779,46 @@ mod tests {
 
     #[test]
     fn coalesce_refuses_bad_limits_and_pages() -> Result {
-        assert_eq!(SegmentLimits::new(0, u32::MAX, u64::MAX), Err(CoalesceError::BadPageSize));
-        assert_eq!(SegmentLimits::new(3 * 4096, u32::MAX, u64::MAX), Err(CoalesceError::BadPageSize));
-        assert_eq!(SegmentLimits::new(P, 0xffff, u64::MAX), Err(CoalesceError::MaxLenBelowPage));
-        assert_eq!(SegmentLimits::new(P, 0, u64::MAX), Err(CoalesceError::MaxLenBelowPage));
-        assert_eq!(SegmentLimits::new(P, u32::MAX, 0x1233), Err(CoalesceError::BadBoundary));
-        assert_eq!(SegmentLimits::new(P, u32::MAX, 0xfff), Err(CoalesceError::BadBoundary));
-        assert_eq!(SegmentLimits::new(P, u32::MAX, 0), Err(CoalesceError::BadBoundary));
+        assert_eq!(
+            SegmentLimits::new(0, u32::MAX, u64::MAX),
+            Err(CoalesceError::BadPageSize)
+        );
+        assert_eq!(
+            SegmentLimits::new(3 * 4096, u32::MAX, u64::MAX),
+            Err(CoalesceError::BadPageSize)
+        );
+        assert_eq!(
+            SegmentLimits::new(P, 0xffff, u64::MAX),
+            Err(CoalesceError::MaxLenBelowPage)
+        );
+        assert_eq!(
+            SegmentLimits::new(P, 0, u64::MAX),
+            Err(CoalesceError::MaxLenBelowPage)
+        );
+        assert_eq!(
+            SegmentLimits::new(P, u32::MAX, 0x1233),
+            Err(CoalesceError::BadBoundary)
+        );
+        assert_eq!(
+            SegmentLimits::new(P, u32::MAX, 0xfff),
+            Err(CoalesceError::BadBoundary)
+        );
+        assert_eq!(
+            SegmentLimits::new(P, u32::MAX, 0),
+            Err(CoalesceError::BadBoundary)
+        );
         assert!(SegmentLimits::new(4096, 4096, 0xfff).is_ok());
         let l = limits(u32::MAX, u64::MAX)?;
-        assert_eq!(count_segments([0x10000u64, 0x20001].into_iter(), &l), Err(CoalesceError::BadPage(0x20001)));
+        assert_eq!(
+            count_segments([0x10000u64, 0x20001].into_iter(), &l),
+            Err(CoalesceError::BadPage(0x20001))
+        );
         let top = 0xffff_ffff_ffff_0000u64;
         assert_eq!(count_segments([top - P, top].into_iter(), &l), Ok(1));
-        assert_eq!(count_segments([u64::MAX].into_iter(), &l), Err(CoalesceError::BadPage(u64::MAX)));
+        assert_eq!(
+            count_segments([u64::MAX].into_iter(), &l),
+            Err(CoalesceError::BadPage(u64::MAX))
+        );
         // Unchecked bad pages still do not panic and are never merged.
         assert_eq!(coalesce([u64::MAX, 0].into_iter(), l).count(), 2);
         Ok(())

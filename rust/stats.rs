@@ -45,10 +45,11 @@ impl Counter {
 /// Turns an identifier into a `&'static CStr` at compile time.
 macro_rules! c_name {
     ($field:ident) => {{
-        const NAME: &CStr = match CStr::from_bytes_with_nul(concat!(stringify!($field), "\0").as_bytes()) {
-            Ok(name) => name,
-            Err(_) => panic!("counter names are plain identifiers"),
-        };
+        const NAME: &CStr =
+            match CStr::from_bytes_with_nul(concat!(stringify!($field), "\0").as_bytes()) {
+                Ok(name) => name,
+                Err(_) => panic!("counter names are plain identifiers"),
+            };
         NAME
     }};
 }
