@@ -409,6 +409,16 @@ static int rdma_op(struct conn *c, enum ibv_wr_opcode op, struct ibv_mr *lmr,
 		usleep(1000);
 	} while (now_s() < end);
 	diag("no completion within 30 s");
+	{
+		struct ibv_qp_attr qa, qb;
+		struct ibv_qp_init_attr ia;
+
+		if (!ibv_query_qp(c->qa, &qa, IBV_QP_STATE, &ia) &&
+		    !ibv_query_qp(c->qb, &qb, IBV_QP_STATE, &ia))
+			diag("QP states: requester %d, responder %d", qa.qp_state,
+			     qb.qp_state);
+		run("cd /sys/class/infiniband/" RXE_DEV "/ports/1/hw_counters && grep -H . * | grep -v ':0$' | sed 's/^/# /'");
+	}
 	return -1;
 }
 

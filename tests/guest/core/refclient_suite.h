@@ -464,7 +464,8 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 
 			do {
 				peer_stats(CLIENT, &s1);
-				if (s1.invalidated_mrs > s0.invalidated_mrs)
+				if (s1.invalidated_mrs > s0.invalidated_mrs &&
+				    peer_stats_balanced(&s1))
 					break;
 				usleep(50000);
 			} while (now_s() < end);
@@ -472,6 +473,14 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		ok(s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
 		   s1.alloc_mrs == s0.alloc_mrs + 1 && peer_stats_balanced(&s1),
 		   "the early invalidation was held until the MR was live, then revoked it");
+		if (s1.invalidated_mrs != s0.invalidated_mrs + 1 ||
+		    s1.alloc_mrs != s0.alloc_mrs + 1 || !peer_stats_balanced(&s1)) {
+			diag("before:");
+			diag("  alloc %lld dealloc %lld invalidated %lld free_cb %lld",
+			     s0.alloc_mrs, s0.dealloc_mrs, s0.invalidated_mrs,
+			     s0.free_callbacks);
+			peer_stats_diag(CLIENT);
+		}
 		fill(hbuf, 4096, 0x7878);
 		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 4096,
 				   (uintptr_t)p, pmr->rkey) : -1;
@@ -592,7 +601,6 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	   rc_all_idle(), "the refused registration never reached the client's pages");
 
 out:
-	ibv_dereg_mr(hmr);
 	peer_stats_diag(CLIENT);
 	if (!cfg->invalidate && !use_gpusim && cfg->cpu_pages) {
 		/*
@@ -630,6 +638,7 @@ out:
 		   "the MR still works meanwhile (status %d)", rc);
 		if (qmr)
 			ibv_dereg_mr(qmr);
+		ibv_dereg_mr(hmr);
 		{
 			double end = now_s() + 60;
 
@@ -642,6 +651,7 @@ out:
 		   "deregistering the MR lets rmmod finish");
 		conn_close(&c);
 	} else {
+		ibv_dereg_mr(hmr);
 		conn_close(&c);
 		close(fd);
 		ok(rc_all_idle(), "client: no allocation, pin or mapping left");
