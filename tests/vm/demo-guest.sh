@@ -6,7 +6,13 @@ section() { printf '\n=== %s\n' "$*"; }
 fail() { printf 'demo: %s\n' "$*"; exit 1; }
 
 section "The rig: $(uname -sr), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%d MiB", $2/1024}' /proc/meminfo)"
-echo "debug features: $(for f in kmemleak kasan; do [ -e /sys/kernel/debug/$f ] && printf '%s ' "$f"; done)lockdep=$( [ -e /proc/lockdep ] && echo on || echo off)"
+log=$(dmesg)
+feat=()
+[[ $log == *KernelAddressSanitizer\ initialized* ]] && feat+=(KASAN)
+[ -e /proc/lockdep ] && feat+=(lockdep)
+[ -e /sys/kernel/debug/kmemleak ] && feat+=(kmemleak)
+[[ $log == *DMA-API:\ debugging\ enabled* ]] && feat+=(DMA-API-debug)
+echo "kernel debug features: ${feat[*]:-none}"
 
 section "modinfo $ko"
 modinfo "$ko" || fail "modinfo failed"
