@@ -155,10 +155,11 @@ boot=$(sed -n 's/^# vm: .* boot \([0-9.]*\)s.*/\1/p' "$tmp/vm.out")
 echo "# boot took ${boot:-?}s"
 show_on_fail "$f0"
 
-# One boot, many ways to fail; each must be caught and attributed.
+# One boot, many ways to fail; each must be caught and attributed. (lockdep
+# before KASAN: a KASAN report turns lock debugging off for the boot.)
 f0=$nfail
 rc=$(vm --test-timeout 20 --env PMFIXTURE_KO="$scratch/pmfixture.ko" \
-	"$fix/t_pass" "$fix/t_fail" "$fix/t_silent" "$fix/t_kreport_warn" "$fix/t_kreport_kasan" \
+	"$fix/t_pass" "$fix/t_fail" "$fix/t_silent" "$fix/t_kreport_warn" "$fix/t_kreport_lockdep" "$fix/t_kreport_kasan" \
 	"$fix/t_hang" "$fix/t_kreport_leak" "$fix/t_pass")
 if [ "$rc" = 1 ]; then ok "a failing VM run exits 1"; else not_ok "a failing VM run exits 1 (got $rc)"; fi
 has "a passing test's results come through, renumbered" '^ok 1 - vm/fixtures/t_pass: first$'
@@ -169,7 +170,8 @@ has "a test's non-TAP output is shown as a comment" '^#   some output that is no
 has "the report-provoking tests themselves passed" '^ok [0-9]+ - vm/fixtures/t_kreport_warn: insmod pmfixture mode=warn'
 has "a kernel WARN fails the run, attributed to its test" '^not ok [0-9]+ - kernel report during test 4 \(vm/fixtures/t_kreport_warn\): WARNING: '
 has "the WARN excerpt names the culprit" '^#   \| .*pmfixture'
-has "a KASAN report fails the run, attributed to its test" '^not ok [0-9]+ - kernel report during test 5 \(vm/fixtures/t_kreport_kasan\): BUG: KASAN: slab-out-of-bounds'
+has "a lockdep report fails the run, attributed to its test" '^not ok [0-9]+ - kernel report during test 5 \(vm/fixtures/t_kreport_lockdep\): WARNING: possible circular locking dependency detected'
+has "a KASAN report fails the run, attributed to its test" '^not ok [0-9]+ - kernel report during test 6 \(vm/fixtures/t_kreport_kasan\): BUG: KASAN: slab-out-of-bounds'
 has "a hanging test is killed at its limit and fails" '^not ok [0-9]+ - vm/fixtures/t_hang: timed out after 20s'
 has "the tests after a hang still run" '^ok [0-9]+ - vm/fixtures/t_kreport_leak: rmmod pmfixture'
 has "a kmemleak leak fails the run" '^not ok [0-9]+ - kmemleak: [0-9]+ unreferenced object'
