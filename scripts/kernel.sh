@@ -37,6 +37,15 @@ if [ "$print_only" = 1 ]; then
 	echo "$objdir"; exit 0
 fi
 
+# One kernel.sh at a time per cache: two would patch, revert and build the
+# same source tree at once.
+mkdir -p "$PEERMEM_CACHE"
+exec 9>"$PEERMEM_CACHE/kernel.lock"
+if ! flock -n 9; then
+	pm_log "another scripts/kernel.sh is running on $PEERMEM_CACHE; waiting for it"
+	flock 9
+fi
+
 pm_stage "kernel $RIG_KVER ($variant, config $cfg_hash): toolchain check"
 for c in make clang-19 ld.lld-19 flex bison bc cpio rustc bindgen dpkg-deb; do
 	pm_need_cmd "$c" "run scripts/setup-host.sh (or the README's setup) first"
