@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * common.c - the client-adapter table of the end-to-end test and the
+ * gpusim memory helpers (shared by the test and the demo program).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+
+#include "e2e.h"
+#include "../../gpusim/gpusim_uapi.h"
+
+/*
+ * peermem (the module under test, ./peermem.ko): links to gpusim's
+ * nvidia_p2p_* directly. Its counters (docs: rust/stats.rs) are monotonic
+ * pairs: one claimed range per MR, every GPU page of it pinned, one DMA
+ * mapping (rxe: CPU pages, no IOMMU) per MR.
+ */
+static const struct e2e_live peermem_live[] = {
+	{ "registrations_acquired", "registrations_released", 1, 0 },
+	{ "pages_pinned", "pages_unpinned", 0, 1 },
+	{ "bytes_pinned", "bytes_unpinned", 0, GPU_PAGE },
+	{ "dma_maps", "dma_unmaps", 1, 0 },
+	{ NULL, NULL, 0, 0 },
+};
+
+/*
+ * The reference C client (tests/refclient), gpusim source, invalidating,
+ * unmapping itself after an invalidation (PEER_MEM_INVALIDATE_UNMAPS). Its
+ * counters are live values: one page table pinned and one mapping per MR;
+ * it allocates no memory of its own with source=gpusim.
+ */
+static const struct e2e_live refclient_live[] = {
+	{ "live_pins", NULL, 1, 0 },
+	{ "live_maps", NULL, 1, 0 },
+	{ "live_allocs", NULL, 0, 0 },
+	{ "live_mem_bytes", NULL, 0, 0 },
+	{ NULL, NULL, 0, 0 },
+};
+
+const struct e2e_client e2e_clients[] = {
+	{
+		.label = "peermem",
+		.ko = "peermem.ko",
+		.module = "peermem",
+		.args = "peer_name=peermem",
+		.core_name = "peermem",
+		.dbg = "/sys/kernel/debug/peermem",
+		.live = peermem_live,
+	},
+	{
+		.label = "refclient",
+		.ko = "tests/refclient/peer_refclient.ko",
+		.module = "peer_refclient",
+		.args = "name=refclient source=gpusim invalidate=1 unmaps=1",
+		.core_name = "refclient",
+		.dbg = "/sys/kernel/debug/peer_refclient",
+		.live = refclient_live,
+	},
+	{ .label = NULL },
+};
+
+const struct e2e_client *e2e_client_find(const char *label)
+{
+	const struct e2e_client *cl;
+
+	for (cl = e2e_clients; cl->label; cl++)
+		if (label && !strcmp(cl->label, label))
+			return cl;
+	fprintf(stderr, "unknown client '%s'; known clients:", label ? label : "");
+	for (cl = e2e_clients; cl->label; cl++)
+		fprintf(stderr, " %s", cl->label);
+	fprintf(stderr, "\n");
+	return NULL;
+}
+
+int gpu_alloc(struct gpu_buf *g, int fd, size_t len)
+{
+	struct gpusim_alloc a = { .size = len };
+
+	memset(g, 0, sizeof(*g));
+	g->fd = fd;
+	if (ioctl(fd, GPUSIM_IOC_ALLOC, &a))
+		return -errno;
+	g->p = (uint8_t *)(uintptr_t)a.addr;
+	g->len = len;
+	g->handle = a.handle;
+	return 0;
+}
+
+int gpu_free(struct gpu_buf *g)
+{
+	struct gpusim_free f = { .handle = g->handle };
+
+	return ioctl(g->fd, GPUSIM_IOC_FREE, &f) ? -errno : 0;
+}
+
+void gpu_unmap(struct gpu_buf *g)
+{
+	if (g->p)
+		munmap(g->p, g->len);
+	g->p = NULL;
+}

@@ -1,0 +1,615 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * e2e.c - end-to-end: ibv_reg_mr() on (emulated) GPU memory through a
+ * peer-memory client, RDMA over rxe, and what happens when the GPU memory
+ * goes away under a live MR. The same checks for every client in the
+ * adapter table (common.c); t_e2e_<client> runs them for one client.
+ *
+ * The test loads gpusim and the client, brings up rxe0 on a veth pair,
+ * connects two RC QPs on it (loopback) and checks, each as one TAP line:
+ *  - host memory MRs take the normal pinning path (the client is never
+ *    asked: core counters and gpusim's get_pages calls unchanged);
+ *  - a GPU MR registers (core counters, the client's own, gpusim's pins);
+ *  - RDMA WRITE into it and READ from it, and with it as the local SGE,
+ *    move the right bytes, seen through gpusim's CPU mapping;
+ *  - an unaligned sub-range MR of the same memory works at both ends;
+ *  - ibv_dereg_mr balances every counter;
+ *  - GPUSIM_IOC_FREE with MRs live invalidates them: the next RDMA WRITE,
+ *    READ and local use complete in error, the memory is not touched, and
+ *    ibv_dereg_mr still succeeds;
+ *  - a process that exits holding a GPU MR (either teardown order) leaves
+ *    nothing behind;
+ *  - at the end gpusim is idle, the core's alloc/dealloc counts match,
+ *    no call reached gpusim on a stale page table, and both modules unload.
+ */
+#include <limits.h>
+#include <sys/ioctl.h>
+
+#include "../core/core_test.h"
+#include "e2e.h"
+
+#define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+	     IBV_ACCESS_REMOTE_READ)
+#define GPU_LEN (256 * 1024UL)		/* 4 GPU pages */
+#define HOST_LEN (1024 * 1024UL)
+#define SUB_OFF 70000UL			/* an unaligned sub-range of it */
+#define SUB_LEN 100000UL
+
+/* Poll @cond until it holds or @secs pass (teardown can be asynchronous). */
+#define WAIT_UNTIL(cond, secs) ({					\
+	double end_ = now_s() + (secs);					\
+	int ok_;							\
+	while (!(ok_ = !!(cond)) && now_s() < end_)			\
+		usleep(50000);						\
+	ok_;								\
+})
+
+static const struct e2e_client *C;
+static char root[512];
+
+/* ---- gpusim's counters */
+
+struct gs {
+	long long allocs, pins, vmas, dmas, mem, stale, get_pages;
+};
+
+static void gs_read(struct gs *g)
+{
+	g->allocs = read_ll(GSDBG "live_allocs");
+	g->pins = read_ll(GSDBG "live_pins");
+	g->vmas = read_ll(GSDBG "live_vmas");
+	g->dmas = read_ll(GSDBG "live_dma_mappings");
+	g->mem = read_ll(GSDBG "live_mem_bytes");
+	g->stale = read_ll(GSDBG "stale_calls");
+	g->get_pages = read_ll(GSDBG "calls/get_pages");
+}
+
+static int gs_idle(void)
+{
+	struct gs g;
+
+	gs_read(&g);
+	return !g.allocs && !g.pins && !g.vmas && !g.dmas && !g.mem;
+}
+
+static void gs_diag(void)
+{
+	struct gs g;
+
+	gs_read(&g);
+	diag("gpusim: live_allocs %lld live_pins %lld live_vmas %lld live_dma_mappings %lld live_mem_bytes %lld stale_calls %lld",
+	     g.allocs, g.pins, g.vmas, g.dmas, g.mem, g.stale);
+}
+
+/* ---- the client's own counters (the adapter's e2e_live table) */
+
+static long long live_val(const struct e2e_live *l)
+{
+	long long a = read_ll("%s/%s", C->dbg, l->a), b = 0;
+
+	if (l->b)
+		b = read_ll("%s/%s", C->dbg, l->b);
+	return a < 0 || b < 0 ? LLONG_MIN : a - b;
+}
+
+/* The client says @mrs MRs over @pages GPU pages are live (@why: diag). */
+static int client_live_is(long long mrs, long long pages, int why)
+{
+	const struct e2e_live *l;
+	int good = 1;
+
+	for (l = C->live; C->dbg && l->a; l++) {
+		long long want = mrs * l->per_mr + pages * l->per_gpu_page;
+		long long got = live_val(l);
+
+		if (got == want)
+			continue;
+		good = 0;
+		if (!why)
+			continue;
+		if (got == LLONG_MIN)
+			diag("%s: cannot read %s/%s%s%s", C->label, C->dbg, l->a,
+			     l->b ? " or " : "", l->b ? l->b : "");
+		else
+			diag("%s: %s%s%s is %lld, expected %lld", C->label, l->a,
+			     l->b ? " - " : "", l->b ? l->b : "", got, want);
+	}
+	return good;
+}
+
+static int cstats(struct peer_stats *s)
+{
+	return peer_stats(C->core_name, s);
+}
+
+/* Everything is released: core balanced, client and gpusim hold nothing. */
+static int all_released(void)
+{
+	struct peer_stats s;
+
+	return !cstats(&s) && peer_stats_balanced(&s) && gs_idle() &&
+	       client_live_is(0, 0, 0);
+}
+
+static void state_diag(void)
+{
+	peer_stats_diag(C->core_name);
+	client_live_is(0, 0, 1);
+	gs_diag();
+}
+
+static void klog_diag(void)
+{
+	run("dmesg | grep -iE '%s|gpusim|peer_mem' | tail -n 8 | sed 's/^/# dmesg: /'",
+	    C->module);
+}
+
+/* ---- modules */
+
+static void find_root(void)
+{
+	const char *env = getenv("PEERMEM_ROOT");
+	char exe[400];
+	ssize_t n;
+
+	if (env && *env) {
+		snprintf(root, sizeof(root), "%s", env);
+		return;
+	}
+	/* tests/guest/e2e/<exe> -> the repository */
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = 0;
+	snprintf(root, sizeof(root), "%s/../../../..", exe);
+}
+
+/* 1 if this loaded gpusim, 0 if it was loaded, -1 on failure. */
+static int gpusim_load(void)
+{
+	char ko[600];
+
+	if (access("/sys/module/gpusim", F_OK) == 0)
+		return 0;
+	if (getenv("GPUSIM_KO"))
+		snprintf(ko, sizeof(ko), "%s", getenv("GPUSIM_KO"));
+	else
+		snprintf(ko, sizeof(ko), "%s/tests/gpusim/gpusim.ko", root);
+	if (access(ko, R_OK)) {
+		diag("%s is missing: build it with make -C tests/gpusim", ko);
+		return -1;
+	}
+	return run("insmod %s", ko) ? -1 : 1;
+}
+
+static int client_load(void)
+{
+	char ko[600];
+
+	snprintf(ko, sizeof(ko), "%s/%s", root, C->ko);
+	if (access(ko, R_OK)) {
+		diag("%s is missing: build it first (see docs/testing.md)", ko);
+		return -1;
+	}
+	if (access("/sys/module/", F_OK) == 0) {
+		char m[300];
+
+		snprintf(m, sizeof(m), "/sys/module/%s", C->module);
+		if (access(m, F_OK) == 0) {
+			diag("%s was loaded already: reloading it", C->module);
+			run("rmmod %s", C->module);
+		}
+	}
+	return run("insmod %s %s", ko, C->args);
+}
+
+static int core_has_client(void)
+{
+	char d[300];
+
+	snprintf(d, sizeof(d), CORE_DBG "%s", C->core_name);
+	return access(d, F_OK) == 0;
+}
+
+/* ---- steps */
+
+/* Fresh QPs: an error completion moves a QP to the error state. */
+static void requeue(struct conn *c)
+{
+	if (conn_qps(c))
+		bail("cannot recreate the QPs on " RXE_DEV);
+}
+
+static const char *wc_str(int st)
+{
+	return st > 0 ? ibv_wc_status_str(st) : st == 0 ? "success" : "no completion";
+}
+
+/*
+ * The child of the exit test: registers GPU memory, moves data, and exits
+ * with the MR registered and the memory allocated and mapped. Opening
+ * gpusim before or after the verbs device decides which file the exit
+ * closes first: the memory (the MR is invalidated) or the verbs context
+ * (the MR is deregistered).
+ */
+static int exit_child(int gpusim_first)
+{
+	struct ibv_mr *mr, *hm;
+	struct gpu_buf g;
+	struct conn c;
+	uint8_t *h;
+	int fd = -1, rc;
+
+	if (gpusim_first)
+		fd = open("/dev/gpusim", O_RDWR);
+	if (conn_open(&c))
+		return 20;
+	if (!gpusim_first)
+		fd = open("/dev/gpusim", O_RDWR);
+	if (fd < 0 || gpu_alloc(&g, fd, GPU_LEN))
+		return 21;
+	h = aligned_alloc(4096, 65536);
+	if (!h)
+		return 22;
+	fill(h, 65536, 0xe417);
+	hm = ibv_reg_mr(c.pd, h, 65536, ACC);
+	mr = ibv_reg_mr(c.pd, g.p, GPU_LEN, ACC);
+	if (!hm || !mr)
+		return 23;
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hm, h, 65536,
+		     (uintptr_t)g.p + 65536, mr->rkey);
+	if (rc || memcmp(g.p + 65536, h, 65536))
+		return 24;
+	return 0;
+}
+
+static void exit_test(int gpusim_first)
+{
+	const char *how = gpusim_first ? "gpusim opened first: the memory goes first" :
+					 "verbs opened first: the MR goes first";
+	struct peer_stats s0, s1;
+	int st = -1, done;
+	pid_t pid;
+
+	cstats(&s0);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0)
+		_exit(exit_child(gpusim_first));
+	waitpid(pid, &st, 0);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "a child registers GPU memory, RDMA-writes into it and exits without cleaning up (%s; exit status %d)",
+	   how, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	done = WAIT_UNTIL(!cstats(&s1) && s1.alloc_mrs == s0.alloc_mrs + 1 &&
+			  all_released(), 30);
+	ok(done, "process exit released the MR, the pin and the GPU memory (%lld invalidation(s))",
+	   s1.invalidated_mrs - s0.invalidated_mrs);
+	if (!done)
+		state_diag();
+}
+
+int e2e_run(const struct e2e_client *cl)
+{
+	struct ibv_mr *hmr = NULL, *mr = NULL, *smr = NULL;
+	struct peer_stats s0, s1;
+	struct gpu_buf gb = { .fd = -1 };
+	struct gs g0, g1, gstart;
+	uint8_t *hbuf, *saved, *expect;
+	int gs_loaded, gfd = -1, rc, done;
+	struct conn c = { 0 };
+	long pin0;
+	char flags[128] = "";
+	size_t off, n;
+
+	if (!cl)
+		bail("no such client in the adapter table (common.c)");
+	C = cl;
+	find_root();
+	diag("end-to-end test with the %s client (%s %s), repository %s",
+	     C->label, C->ko, C->args, root);
+	hbuf = aligned_alloc(4096, HOST_LEN);
+	saved = malloc(GPU_LEN);
+	expect = malloc(GPU_LEN);
+	if (!hbuf || !saved || !expect)
+		bail("out of memory");
+	memset(hbuf, 0, HOST_LEN);
+
+	rxe_up();
+	gs_loaded = gpusim_load();
+	ok(gs_loaded >= 0, "gpusim (the emulated GPU) is loaded");
+	if (gs_loaded < 0)
+		return finish();
+	ok(gs_idle(), "gpusim starts with no allocation, pin or mapping");
+	gs_read(&gstart);
+
+	rc = client_load();
+	ok(rc == 0, "insmod %s %s", C->ko, C->args);
+	if (rc) {
+		klog_diag();
+		goto unload_gpusim;
+	}
+	ok(core_has_client(),
+	   "%s registered with the peer-memory core (" CORE_DBG "%s exists)",
+	   C->label, C->core_name);
+	if (!core_has_client()) {
+		diag("%s did not register with the core: nothing below can work",
+		     C->label);
+		klog_diag();
+		goto unload;
+	}
+	{
+		char path[300];
+		FILE *f;
+
+		snprintf(path, sizeof(path), CORE_DBG "%s/flags", C->core_name);
+		f = fopen(path, "r");
+		if (f) {
+			if (!fgets(flags, sizeof(flags), f))
+				flags[0] = 0;
+			fclose(f);
+		}
+		flags[strcspn(flags, "\n")] = 0;
+	}
+	ok(strstr(flags, "invalidate=1") != NULL,
+	   "the core treats %s as invalidating (flags: %s)", C->label, flags);
+	ok(!cstats(&s0) && s0.alloc_mrs == 0 && s0.reg_bytes == 0 &&
+	   read_ll(OFED_SYSFS "%s/num_alloc_mrs", C->core_name) == 0,
+	   "its core counters start at zero, also in " OFED_SYSFS "%s",
+	   C->core_name);
+	ok(client_live_is(0, 0, 1), "%s's own counters show nothing live",
+	   C->label);
+
+	rc = conn_open(&c);
+	ok(rc == 0, "two RC QPs connected to each other on " RXE_DEV " (step %d)", rc);
+	if (rc)
+		goto unload;
+	gfd = open("/dev/gpusim", O_RDWR);
+	if (gfd < 0)
+		bail("open /dev/gpusim: %s", strerror(errno));
+
+	/* Host memory: pinned by the core itself, no client involved. */
+	cstats(&s0);
+	gs_read(&g0);
+	pin0 = vm_pin_kb();
+	hmr = ibv_reg_mr(c.pd, hbuf, HOST_LEN, ACC);
+	cstats(&s1);
+	gs_read(&g1);
+	ok(hmr && vm_pin_kb() - pin0 == (long)(HOST_LEN / 1024) &&
+	   s1.alloc_mrs == s0.alloc_mrs && s1.free_callbacks == s0.free_callbacks &&
+	   g1.get_pages == g0.get_pages && client_live_is(0, 0, 1),
+	   "ibv_reg_mr on host memory takes the pinning path: VmPin +%lu KiB, %s never asked (core counters, gpusim calls unchanged)",
+	   HOST_LEN / 1024, C->label);
+	if (!hmr)
+		bail("host MR failed: %s", strerror(errno));
+
+	/* A GPU MR. */
+	rc = gpu_alloc(&gb, gfd, GPU_LEN);
+	ok(rc == 0, "GPUSIM_IOC_ALLOC: %lu KiB of GPU memory at %p", GPU_LEN / 1024,
+	   (void *)gb.p);
+	if (rc)
+		bail("cannot allocate GPU memory: %s", strerror(-rc));
+	fill(gb.p, GPU_LEN, 0x1e2e0001);
+	cstats(&s0);
+	gs_read(&g0);
+	mr = ibv_reg_mr(c.pd, gb.p, GPU_LEN, ACC);
+	rc = mr ? 0 : errno;
+	ok(mr != NULL, "ibv_reg_mr on the GPU memory succeeds (%s)",
+	   mr ? "" : strerror(rc));
+	if (!mr) {
+		klog_diag();
+		state_diag();
+		goto free_gpu;
+	}
+	diag("GPU MR: addr %p length %lu lkey 0x%x rkey 0x%x", (void *)gb.p,
+	     GPU_LEN, mr->lkey, mr->rkey);
+	cstats(&s1);
+	gs_read(&g1);
+	ok(s1.alloc_mrs == s0.alloc_mrs + 1 &&
+	   s1.reg_bytes == s0.reg_bytes + (long long)GPU_LEN &&
+	   s1.reg_pages == s0.reg_pages + (long long)(GPU_LEN / 4096) &&
+	   read_ll(OFED_SYSFS "%s/num_alloc_mrs", C->core_name) == s1.alloc_mrs,
+	   "core counters of %s: num_alloc_mrs +1, num_reg_bytes +%lu, num_reg_pages +%lu (debugfs and memory_peers agree)",
+	   C->core_name, GPU_LEN, GPU_LEN / 4096);
+	ok(client_live_is(1, gpu_pages((uintptr_t)gb.p, GPU_LEN), 1) &&
+	   g1.pins == g0.pins + 1,
+	   "%s holds one registration of %lld GPU pages; gpusim has one page table pinned",
+	   C->label, gpu_pages((uintptr_t)gb.p, GPU_LEN));
+
+	/* RDMA WRITE host -> GPU, checked through gpusim's CPU mapping. */
+	off = 3 * 4096 + 8, n = 200000;
+	memcpy(expect, gb.p, GPU_LEN);
+	fill(hbuf, n, 0x2e2e0002);
+	memcpy(expect + off, hbuf, n);
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, n, (uintptr_t)gb.p + off,
+		     mr->rkey);
+	ok(rc == 0 && !memcmp(gb.p, expect, GPU_LEN),
+	   "RDMA WRITE host -> GPU: %zu bytes land at +%zu, nothing else changes (checked through gpusim's CPU mapping; %s)",
+	   n, off, wc_str(rc));
+	if (rc)
+		requeue(&c);
+
+	/* RDMA READ GPU -> host. */
+	off = 1000, n = 131072;
+	memset(hbuf + HOST_LEN / 2, 0, n);
+	rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf + HOST_LEN / 2, n,
+		     (uintptr_t)gb.p + off, mr->rkey);
+	ok(rc == 0 && !memcmp(hbuf + HOST_LEN / 2, gb.p + off, n) &&
+	   !memcmp(gb.p, expect, GPU_LEN),
+	   "RDMA READ GPU -> host: %zu bytes from +%zu match the CPU mapping (%s)",
+	   n, off, wc_str(rc));
+	if (rc)
+		requeue(&c);
+
+	/* The GPU MR as the local SGE: source of a WRITE, sink of a READ. */
+	off = 131072, n = 100000;
+	fill(gb.p + off, n, 0x3e2e0003);
+	memset(hbuf + 300000, 0, n);
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, mr, gb.p + off, n,
+		     (uintptr_t)hbuf + 300000, hmr->rkey);
+	ok(rc == 0 && check(hbuf + 300000, n, 0x3e2e0003),
+	   "RDMA WRITE with the GPU MR as local source: the host gets its bytes (%s)",
+	   wc_str(rc));
+	if (rc)
+		requeue(&c);
+	off = 7, n = 50000;
+	memcpy(expect, gb.p, GPU_LEN);
+	fill(hbuf + 600000, n, 0x4e2e0004);
+	memcpy(expect + off, hbuf + 600000, n);
+	rc = rdma_op(&c, IBV_WR_RDMA_READ, mr, gb.p + off, n,
+		     (uintptr_t)hbuf + 600000, hmr->rkey);
+	ok(rc == 0 && !memcmp(gb.p, expect, GPU_LEN),
+	   "RDMA READ with the GPU MR as local sink: the bytes land in GPU memory at +%zu (%s)",
+	   off, wc_str(rc));
+	if (rc)
+		requeue(&c);
+
+	/* An unaligned sub-range MR of the same memory, beside the first. */
+	cstats(&s0);
+	smr = ibv_reg_mr(c.pd, gb.p + SUB_OFF, SUB_LEN, ACC);
+	cstats(&s1);
+	{
+		uintptr_t a = (uintptr_t)gb.p + SUB_OFF;
+		long long pg = (long long)((a + SUB_LEN + 4095) / 4096 - a / 4096);
+
+		ok(smr && s1.alloc_mrs == s0.alloc_mrs + 1 &&
+		   s1.reg_bytes == s0.reg_bytes + (long long)SUB_LEN &&
+		   s1.reg_pages == s0.reg_pages + pg &&
+		   client_live_is(2, gpu_pages((uintptr_t)gb.p, GPU_LEN) +
+				  gpu_pages(a, SUB_LEN), 1),
+		   "a second MR on the unaligned sub-range [+%lu, +%lu): +%lu bytes, +%lld pages, %lld more GPU pages pinned",
+		   SUB_OFF, SUB_OFF + SUB_LEN, SUB_LEN, pg, gpu_pages(a, SUB_LEN));
+	}
+	if (smr) {
+		int r2;
+
+		memcpy(expect, gb.p, GPU_LEN);
+		fill(hbuf, 8192, 0x5e2e0005);
+		memcpy(expect + SUB_OFF, hbuf, 4096);
+		memcpy(expect + SUB_OFF + SUB_LEN - 4096, hbuf + 4096, 4096);
+		rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 4096,
+			     (uintptr_t)gb.p + SUB_OFF, smr->rkey);
+		r2 = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf + 4096, 4096,
+			     (uintptr_t)gb.p + SUB_OFF + SUB_LEN - 4096, smr->rkey);
+		ok(rc == 0 && r2 == 0 && !memcmp(gb.p, expect, GPU_LEN),
+		   "RDMA WRITE at the first and last bytes of the sub-range MR (%s, %s)",
+		   wc_str(rc), wc_str(r2));
+		if (rc || r2)
+			requeue(&c);
+	}
+
+	/* Deregistration. */
+	cstats(&s0);
+	rc = (smr ? ibv_dereg_mr(smr) : 0) | ibv_dereg_mr(mr);
+	smr = mr = NULL;
+	ok(rc == 0, "ibv_dereg_mr of both GPU MRs");
+	cstats(&s1);
+	gs_read(&g1);
+	ok(peer_stats_balanced(&s1) && s1.free_callbacks == s0.free_callbacks &&
+	   client_live_is(0, 0, 1) && g1.pins == 0 && g1.dmas == 0,
+	   "counters balanced (num_alloc_mrs = num_dealloc_mrs = %lld, pages and bytes too); %s and gpusim hold no pin",
+	   s1.alloc_mrs, C->label);
+
+	/* Free the GPU memory while two MRs on it are registered. */
+	fill(gb.p, GPU_LEN, 0x6e2e0006);
+	memcpy(saved, gb.p, GPU_LEN);
+	mr = ibv_reg_mr(c.pd, gb.p, GPU_LEN, ACC);
+	smr = ibv_reg_mr(c.pd, gb.p + SUB_OFF, SUB_LEN, ACC);
+	rc = mr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, 65536,
+			  (uintptr_t)gb.p + 65536, mr->rkey) : -1;
+	ok(mr && smr && rc == 0 && !memcmp(hbuf, saved + 65536, 65536),
+	   "two fresh MRs on the GPU memory; RDMA READ through one works (%s)",
+	   wc_str(rc));
+	if (!mr || !smr)
+		goto free_gpu;
+	if (rc)
+		requeue(&c);
+	cstats(&s0);
+	gs_read(&g0);
+	rc = gpu_free(&gb);
+	ok(rc == 0, "GPUSIM_IOC_FREE with both MRs still registered (what cudaFree does; %s)",
+	   strerror(-rc));
+	done = WAIT_UNTIL(!cstats(&s1) && s1.invalidated_mrs >= s0.invalidated_mrs + 2 &&
+			  peer_stats_balanced(&s1) && read_ll(GSDBG "live_pins") == 0 &&
+			  read_ll(GSDBG "live_allocs") == 0, 20);
+	ok(done && s1.invalidated_mrs == s0.invalidated_mrs + 2 &&
+	   s1.alloc_mrs == s0.alloc_mrs,
+	   "the free invalidated both MRs through the core (num_free_callbacks +%lld, num_invalidated_mrs +%lld, counters balanced) and gpusim got both page tables back",
+	   s1.free_callbacks - s0.free_callbacks,
+	   s1.invalidated_mrs - s0.invalidated_mrs);
+	if (!done)
+		state_diag();
+
+	fill(hbuf, 8192, 0x7e2e0007);
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 8192, (uintptr_t)gb.p,
+		     mr->rkey);
+	ok(rc > 0 && !memcmp(gb.p, saved, GPU_LEN),
+	   "RDMA WRITE to the freed GPU memory completes in error (status %d: %s) and never reaches it",
+	   rc, wc_str(rc));
+	requeue(&c);
+	memset(hbuf, 0x5a, 8192);
+	rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, 8192,
+		     (uintptr_t)gb.p + SUB_OFF, smr->rkey);
+	ok(rc > 0 && hbuf[0] == 0x5a && !memcmp(hbuf, hbuf + 1, 8191),
+	   "RDMA READ from the freed GPU memory (sub-range MR) completes in error (status %d: %s), no data",
+	   rc, wc_str(rc));
+	requeue(&c);
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, mr, gb.p, 4096, (uintptr_t)hbuf,
+		     hmr->rkey);
+	ok(rc > 0 && hbuf[0] == 0x5a && !memcmp(hbuf, hbuf + 1, 4095),
+	   "the freed GPU MR as local source completes in error (status %d: %s)",
+	   rc, wc_str(rc));
+	requeue(&c);
+	rc = ibv_dereg_mr(smr) | ibv_dereg_mr(mr);
+	smr = mr = NULL;
+	ok(rc == 0, "ibv_dereg_mr of both invalidated MRs succeeds");
+	gpu_unmap(&gb);
+	done = WAIT_UNTIL(all_released(), 20);
+	ok(done, "nothing left: core counters balanced, %s holds nothing, gpusim has no allocation, pin, mapping or memory",
+	   C->label);
+	if (!done)
+		state_diag();
+
+	/* Process exit instead of an explicit free, in both teardown orders. */
+	exit_test(1);
+	exit_test(0);
+
+	/* The end: no leftovers, no stale calls. */
+	ibv_dereg_mr(hmr);
+	hmr = NULL;
+	conn_close(&c);
+	close(gfd);
+	gfd = -1;
+	cstats(&s1);
+	gs_read(&g1);
+	ok(s1.alloc_mrs == s1.dealloc_mrs && peer_stats_balanced(&s1) &&
+	   gs_idle() && client_live_is(0, 0, 1) && g1.stale == gstart.stale,
+	   "at the end: num_alloc_mrs %lld == num_dealloc_mrs %lld, gpusim idle, %s idle, no call on a stale page table (stale_calls +%lld)",
+	   s1.alloc_mrs, s1.dealloc_mrs, C->label, g1.stale - gstart.stale);
+	goto unload;
+
+free_gpu:
+	if (smr)
+		ibv_dereg_mr(smr);
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (gb.p) {
+		gpu_free(&gb);
+		gpu_unmap(&gb);
+	}
+unload:
+	if (hmr)
+		ibv_dereg_mr(hmr);
+	conn_close(&c);
+	if (gfd >= 0)
+		close(gfd);
+	rc = run("rmmod %s", C->module);
+	ok(rc == 0 && !core_has_client() &&
+	   read_ll(OFED_SYSFS "%s/num_alloc_mrs", C->core_name) < 0,
+	   "rmmod %s: the core forgets it (debugfs and memory_peers entries gone)",
+	   C->module);
+unload_gpusim:
+	if (gs_loaded == 1) {
+		ok(run("rmmod gpusim") == 0, "rmmod gpusim");
+		ok(run("dmesg | grep -q 'gpusim: unloading with'") != 0,
+		   "gpusim did not have to reclaim any pin at unload");
+	}
+	return finish();
+}

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * e2e.h - the end-to-end test of GPU-memory registration over rxe, run the
+ * same way against each peer-memory client that can serve gpusim memory.
+ *
+ * A client is described by one entry of the adapter table (clients.c):
+ * which module to load and how, the name it registers with the core, and
+ * what its own debugfs counters must say while an MR is live and when
+ * nothing is. Everything else (the checks, the memory, the RDMA traffic)
+ * is the same for every client.
+ *
+ * common.c: the adapter table and the gpusim helpers; e2e.c: the test.
+ *
+ * Shared by the test (e2e.c, t_e2e_*.c) and the demo program (pm_demo.c);
+ * the TAP, rxe0 and RC-loopback helpers come from ../core/core_test.h.
+ */
+#ifndef E2E_H
+#define E2E_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * One quantity a client counts about itself: debugfs file @a of its
+ * directory, minus file @b if @b is set (monotonic counters in pairs).
+ * While one MR of n GPU pages (64 KiB) is registered it must read
+ * @per_mr + n * @per_gpu_page; with nothing registered, 0.
+ */
+struct e2e_live {
+	const char *a, *b;
+	long long per_mr, per_gpu_page;
+};
+
+struct e2e_client {
+	const char *label;	/* what t_e2e_<label> and pm_demo <label> name */
+	const char *ko;		/* module file, relative to PEERMEM_ROOT */
+	const char *module;	/* module name (/sys/module/<module>, rmmod) */
+	const char *args;	/* insmod arguments */
+	const char *core_name;	/* /sys/kernel/debug/peer_memory/<core_name> */
+	const char *dbg;	/* its own debugfs directory, or NULL */
+	const struct e2e_live *live;	/* ends with an entry whose a is NULL */
+};
+
+extern const struct e2e_client e2e_clients[];	/* ends with label NULL */
+
+/* The client labelled @label, or NULL (and a list of labels on stderr). */
+const struct e2e_client *e2e_client_find(const char *label);
+
+/* The whole test against @cl: TAP on stdout, exit status. */
+int e2e_run(const struct e2e_client *cl);
+
+#define GPU_PAGE (64 * 1024UL)
+#define GSDBG "/sys/kernel/debug/gpusim/"
+#define CORE_DBG "/sys/kernel/debug/peer_memory/"
+#define OFED_SYSFS "/sys/kernel/mm/memory_peers/"
+
+/* gpusim memory, allocated and mapped like cudaMalloc() memory. */
+struct gpu_buf {
+	int fd;			/* /dev/gpusim */
+	uint8_t *p;		/* its CPU mapping (also the GPU virtual address) */
+	size_t len;
+	uint64_t handle;
+};
+
+/* Allocates @len bytes; 0 or -errno. */
+int gpu_alloc(struct gpu_buf *g, int fd, size_t len);
+/* GPUSIM_IOC_FREE (what cudaFree is): 0 or -errno. The CPU mapping stays. */
+int gpu_free(struct gpu_buf *g);
+/* Drops the CPU mapping (after gpu_free, or to free at close/exit). */
+void gpu_unmap(struct gpu_buf *g);
+
+/* GPU pages (64 KiB) that [addr, addr + len) touches. */
+static inline long long gpu_pages(uintptr_t addr, size_t len)
+{
+	return (long long)((addr + len + GPU_PAGE - 1) / GPU_PAGE - addr / GPU_PAGE);
+}
+
+#endif /* E2E_H */
