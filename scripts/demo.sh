@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The demo: on a fresh Debian 12 machine, set everything up, build the rig
-# kernel and the module, boot the rig, load peermem, show what it offers
-# (modinfo, its debugfs counters), unload it, and check the kernel stayed
-# clean. Every step prints its elapsed time.
+# kernel, the module, gpusim and the demo program, boot the rig, and there
+# (tests/vm/demo-guest.sh): load gpusim and peermem, show modinfo, bring up
+# soft-RoCE, ibv_reg_mr() on GPU memory, RDMA WRITE and READ into it, free
+# it under the live MR, show the counters, unload, and check the kernel
+# stayed clean. Every step prints its elapsed time.
 #
 #   scripts/demo.sh [--skip-setup] [--kdir DIR]
 set -euo pipefail
@@ -44,6 +46,9 @@ build() { # build DIR NAME
 [ -f Makefile ] || pm_die "no Makefile at the top of the repo: the module build is missing"
 build . "peermem module"
 [ -f peermem.ko ] || pm_die "the build did not produce peermem.ko"
+# The reference client is the demo's fallback while peermem cannot serve GPU memory.
+build tests/refclient "reference client"
+build tests/guest/e2e "demo program"
 
 pm_stage "demo: boot the rig and run tests/vm/demo-guest.sh in it"
 scripts/vm.sh --kdir "$kdir" --no-kmemleak --cmd "bash $PEERMEM_ROOT/tests/vm/demo-guest.sh"

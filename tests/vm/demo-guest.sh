@@ -1,9 +1,37 @@
 #!/bin/bash
 # The guest half of scripts/demo.sh: runs in the rig VM, prints for a person.
+#
+# Loads gpusim (the emulated GPU) and peermem, brings up soft-RoCE (rxe0),
+# runs tests/guest/e2e/pm_demo: GPU memory allocated, ibv_reg_mr() on it,
+# RDMA WRITE and READ checked through the GPU's CPU mapping, the memory
+# freed under the live MR (invalidation), ibv_dereg_mr(); shows the
+# counters of peermem and of the peer-memory core, and unloads everything.
+# If peermem does not register with the core, the GPU part runs with the
+# reference C client (tests/refclient) instead, and the output says so.
 set -u
-ko=$PEERMEM_ROOT/peermem.ko
+root=$PEERMEM_ROOT
+ko=$root/peermem.ko
+gko=$root/tests/gpusim/gpusim.ko
+rko=$root/tests/refclient/peer_refclient.ko
+demo=$root/tests/guest/e2e/pm_demo
+core=/sys/kernel/debug/peer_memory
+ofed=/sys/kernel/mm/memory_peers
 section() { printf '\n=== %s\n' "$*"; }
 fail() { printf 'demo: %s\n' "$*"; exit 1; }
+# show CMD...: print a command, then run it (indented output).
+show() { printf '$ %s\n' "$*"; "$@" 2>&1 | sed 's/^/  /'; return "${PIPESTATUS[0]}"; }
+# counters DIR: every readable file of DIR as name=value, a few a line.
+counters() {
+	local f v line= n=0
+	[ -d "$1" ] || { echo "  ($1: absent)"; return; }
+	echo "  $1:"
+	for f in "$1"/*; do
+		[ -f "$f" ] && read -r v < "$f" 2>/dev/null || continue
+		line+="  ${f##*/}=$v"
+		if [ $((++n % 4)) = 0 ]; then echo "   $line"; line=; fi
+	done
+	[ -z "$line" ] || echo "   $line"
+}
 
 section "The rig: $(uname -sr), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%d MiB", $2/1024}' /proc/meminfo)"
 log=$(dmesg)
@@ -13,43 +41,72 @@ feat=()
 [ -e /sys/kernel/debug/kmemleak ] && feat+=(kmemleak)
 [[ $log == *DMA-API:\ debugging\ enabled* ]] && feat+=(DMA-API-debug)
 echo "kernel debug features: ${feat[*]:-none}"
+echo "no GPU and no RDMA adapter: gpusim emulates the GPU (exporting NVIDIA's nvidia_p2p_* interface),"
+echo "rxe (soft-RoCE) is the RDMA adapter, and the kernel carries the MLNX_OFED peer-memory core"
 
-section "modinfo $ko"
+for f in "$ko" "$gko" "$demo"; do [ -e "$f" ] || fail "$f is missing: scripts/demo.sh builds it"; done
+
+section "modinfo peermem.ko"
 modinfo "$ko" || fail "modinfo failed"
 
-# peermem may need the GPU driver's symbols (nvidia_p2p_*): in the rig they
-# come from gpusim, the emulated GPU.
-deps=$(modinfo -F depends "$ko" | tr ',' ' ')
-for d in $deps; do
-	dko=$(find "$PEERMEM_ROOT/tests" -name "$d.ko" | head -n 1)
-	[ -n "$dko" ] || fail "peermem depends on $d, but no $d.ko was built under tests/"
-	section "insmod $dko (peermem depends on it)"
-	insmod "$dko" || fail "insmod $dko failed"
-done
-
-section "insmod $ko"
-insmod "$ko" || fail "insmod failed"
-grep -E '^peermem ' /proc/modules
+section "Load the emulated GPU, then peermem (it uses gpusim's nvidia_p2p_* functions)"
+show insmod "$gko" || fail "insmod gpusim.ko failed"
+show insmod "$ko" || fail "insmod peermem.ko failed"
+grep -E '^(peermem|gpusim) ' /proc/modules | sed 's/^/  /'
 echo "kernel log:"
-dmesg | grep -i peermem | tail -n 10 | sed 's/^/  /'
+dmesg | grep -E 'peermem|gpusim' | tail -n 6 | sed 's/^/  /'
 
-section "debugfs counters (/sys/kernel/debug/peermem)"
-if [ -d /sys/kernel/debug/peermem ]; then
-	find /sys/kernel/debug/peermem -type f | sort | while read -r f; do
-		printf '  %-40s %s\n' "${f#/sys/kernel/debug/peermem/}" "$(head -c 200 "$f" 2>&1 | tr '\n' ' ')"
-	done
-else
-	echo "  (no /sys/kernel/debug/peermem directory)"
+client=peermem
+if [ ! -d "$core/peermem" ]; then
+	section "FALLBACK: peermem did not register with the peer-memory core"
+	echo "  There is no $core/peermem: this build of peermem loads but does not"
+	echo "  register as a peer-memory client yet, so it cannot serve GPU memory."
+	echo "  To show the rest, the demo uses the REFERENCE C CLIENT (tests/refclient,"
+	echo "  source=gpusim) in its place. What follows is NOT peermem."
+	show insmod "$rko" name=refclient source=gpusim invalidate=1 unmaps=1 ||
+		fail "insmod peer_refclient.ko failed"
+	client=refclient
 fi
 
-section "register GPU memory"
-# PLACEHOLDER (issue 4): allocate gpusim memory, ibv_reg_mr() on it over rxe,
-# RDMA WRITE/READ, show the counters move. Not available yet.
-echo "  (not yet: comes with the peer-memory core and gpusim)"
+section "The peer-memory core's view of $client"
+show ls "$core"
+echo "  version: $(cat "$core/$client/version" 2>&1)   flags: $(cat "$core/$client/flags" 2>&1)"
+echo "  OFED's sysfs (what NCCL looks at): $ofed/$client/version = $(cat "$ofed/$client/version" 2>&1)"
 
-section "rmmod peermem"
-rmmod peermem || fail "rmmod failed"
-for d in $deps; do rmmod "$d" || fail "rmmod $d failed"; done
-grep -qE '^peermem ' /proc/modules && fail "peermem still loaded"
-echo "unloaded; kernel log:"
-dmesg | grep -i peermem | tail -n 3 | sed 's/^/  /'
+section "Soft-RoCE: rxe0 on a veth pair"
+if [ ! -e /sys/class/infiniband/rxe0 ]; then
+	show ip link add veth0 type veth peer name veth1 || fail "cannot create a veth pair"
+	show ip addr add 10.55.0.1/24 dev veth0
+	show ip link set veth0 up
+	show ip link set veth1 up
+	show rdma link add rxe0 type rxe netdev veth0 || fail "cannot create rxe0"
+fi
+show rdma link show
+
+section "GPU memory over RDMA: $demo $client"
+ulimit -l unlimited
+"$demo" "$client" 1024 | sed 's/^/  /'
+demo_rc=${PIPESTATUS[0]}
+
+section "Counters afterwards"
+[ "$client" = peermem ] && counters /sys/kernel/debug/peermem
+counters "$core/$client"
+counters "$ofed/$client"
+
+section "Unload"
+[ "$client" = refclient ] && { show rmmod peer_refclient || fail "rmmod peer_refclient failed"; }
+show rmmod peermem || fail "rmmod peermem failed"
+show rmmod gpusim || fail "rmmod gpusim failed"
+[ -d "$core/$client" ] && fail "the core still lists $client after rmmod"
+echo "the core lists no client any more: $(ls "$core" | tr '\n' ' ')"
+echo "kernel log:"
+dmesg | grep -E 'peermem|gpusim|peer_refclient' | tail -n 4 | sed 's/^/  /'
+
+section "Summary"
+if [ "$demo_rc" != 0 ]; then
+	fail "pm_demo reported something unexpected (lines marked UNEXPECTED above)"
+elif [ "$client" = peermem ]; then
+	echo "peermem served ibv_reg_mr() on GPU memory, RDMA moved the right bytes, freeing the GPU memory revoked the MR, and everything unloaded cleanly."
+else
+	echo "FALLBACK: the GPU-memory part ran with the reference C client, because peermem did not register with the peer-memory core."
+fi
