@@ -4,6 +4,7 @@
  * gpusim memory helpers (shared by the test and the demo program).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -102,4 +103,24 @@ void gpu_unmap(struct gpu_buf *g)
 	if (g->p)
 		munmap(g->p, g->len);
 	g->p = NULL;
+}
+
+int read_line(char *buf, size_t len, const char *fmt, ...)
+{
+	char path[600];
+	va_list ap;
+	FILE *f;
+
+	va_start(ap, fmt);
+	vsnprintf(path, sizeof(path), fmt, ap);
+	va_end(ap);
+	buf[0] = 0;
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, len, f))
+		buf[0] = 0;
+	fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
+	return (int)strlen(buf);
 }

@@ -69,6 +69,11 @@ int gpu_free(struct gpu_buf *g);
 /* Drops the CPU mapping (after gpu_free, or to free at close/exit). */
 void gpu_unmap(struct gpu_buf *g);
 
+/* The first line of a file, without its newline, into @buf (empty if the
+ * file cannot be read); returns its length, or -1 if unreadable. */
+int read_line(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* GPU pages (64 KiB) that [addr, addr + len) touches. */
 static inline long long gpu_pages(uintptr_t addr, size_t len)
 {

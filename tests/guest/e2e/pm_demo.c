@@ -73,18 +73,9 @@ static void show_dir(const char *label, const char *dir)
 	}
 	printf("    %s %s:\n", label, dir);
 	for (i = 0; i < n; i++) {
-		char path[600], val[64] = "";
-		FILE *f;
+		char val[64];
 
-		snprintf(path, sizeof(path), "%s/%s", dir, ents[i]->d_name);
-		f = fopen(path, "r");
-		if (f) {
-			if (!fgets(val, sizeof(val), f))
-				val[0] = 0;
-			fclose(f);
-		}
-		val[strcspn(val, "\n")] = 0;
-		if (val[0]) {
+		if (read_line(val, sizeof(val), "%s/%s", dir, ents[i]->d_name) > 0) {
 			printf("%s%s=%s", col ? "  " : "      ", ents[i]->d_name, val);
 			if (++col == 4) {
 				printf("\n");
@@ -238,7 +229,7 @@ int main(int argc, char **argv)
 	memcpy(saved, g.p, len);
 	peer_stats(C->core_name, &s0);
 	rc = gpu_free(&g);
-	say(rc == 0, "GPUSIM_IOC_FREE -> %d: gpusim called the client's free callback, which invalidated the MR through ib_core",
+	say(rc == 0, "GPUSIM_IOC_FREE -> %d (gpusim calls the free callback of every pin on the memory: here the client's)",
 	    rc);
 	{
 		double end = now_s() + 20;
@@ -248,7 +239,7 @@ int main(int argc, char **argv)
 			usleep(50000);
 	}
 	say(s1.invalidated_mrs == s0.invalidated_mrs + 1,
-	    "core: num_free_callbacks %lld -> %lld, num_invalidated_mrs %lld -> %lld",
+	    "the client invalidated the MR through ib_core: num_free_callbacks %lld -> %lld, num_invalidated_mrs %lld -> %lld",
 	    s0.free_callbacks, s1.free_callbacks, s0.invalidated_mrs,
 	    s1.invalidated_mrs);
 	fill(hbuf, 65536, 0x1234567);
