@@ -37,10 +37,10 @@ if [ "$print_only" = 1 ]; then
 	echo "$objdir"; exit 0
 fi
 
-# One kernel.sh at a time per cache: two would patch, revert and build the
+# One kernel.sh per kernel version at a time: two would patch, revert and build the
 # same source tree at once.
 mkdir -p "$PEERMEM_CACHE"
-exec 9>"$PEERMEM_CACHE/kernel.lock"
+exec 9>"$PEERMEM_CACHE/kernel-$RIG_KVER.lock"
 if ! flock -n 9; then
 	pm_log "another scripts/kernel.sh is running on $PEERMEM_CACHE; waiting for it"
 	flock 9
