@@ -10,8 +10,26 @@
 # Options: LLVM=... (default: what the tree was built with), PEERMEM_KUNIT=n
 # (leave the KUnit tests out), V=1 (show commands).
 #
-# The kernel build itself reads ./Kbuild; this file only checks the tree
-# and the toolchain, with one clear line per problem, and calls it.
+# peermem links directly against two other modules' exports, resolved by
+# modpost from their Module.symvers (so a mismatch is a build error, not an
+# "Unknown symbol" or "disagrees about version of symbol" at load):
+#   NV_SYMVERS=FILE    Module.symvers of the GPU driver (nvidia.ko) or of
+#                      the rig's gpusim. Default: the first of
+#                      tests/gpusim/Module.symvers (if built for KDIR),
+#                      /var/lib/dkms/nvidia*/*/build/Module.symvers,
+#                      /usr/src/nvidia-*/Module.symvers that exports nvidia_p2p_*.
+#   OFED_SYMVERS=FILE  Module.symvers of MLNX_OFED/DOCA-OFED's ib_core, for
+#                      kernels without the peer-memory core. Default:
+#                      KDIR/Module.symvers if it exports
+#                      ib_register_peer_memory_client, else
+#                      /usr/src/ofa_kernel/{<arch>/<release>,default}/Module.symvers.
+#   PEERMEM_UNRESOLVED_OK=1  build even if either is missing (a compile
+#                      check, e.g. against a plain 6.12 kernel: the module
+#                      then does not load). PEERMEM_ALLOW_UNRESOLVED=1 is
+#                      the same.
+#
+# The kernel build itself reads ./Kbuild; this file checks the tree, the
+# toolchain and those symbols, with one clear line per problem, and calls it.
 
 KDIR ?= /lib/modules/$(shell uname -r)/build
 # Expand KDIR only once.
@@ -44,7 +62,40 @@ ifeq ($(origin LLVM),undefined)
   endif
 endif
 
-kmake = $(MAKE) -C $(KDIR) M=$(PEERMEM_DIR) $(peermem-make-args)
+# ---- The symbols peermem links against (see the top of this file)
+
+# has-symbol FILE SYMBOL: y if FILE is a Module.symvers exporting SYMBOL.
+has-symbol = $(if $(wildcard $(1)),$(shell grep -qs '^[^	]*	$(2)	' $(1) && echo y))
+kernel-release := $(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null)
+
+# The rig's gpusim only if its module was built for this kernel.
+gpusim-dir := $(PEERMEM_DIR)/tests/gpusim
+gpusim-release = $(shell modinfo -F vermagic $(gpusim-dir)/gpusim.ko 2>/dev/null | cut -d' ' -f1)
+nv-candidates = $(if $(wildcard $(gpusim-dir)/gpusim.ko),$(if $(call streq,$(gpusim-release),$(kernel-release)),$(gpusim-dir)/Module.symvers)) \
+	$(wildcard /var/lib/dkms/nvidia*/*/build/Module.symvers) \
+	$(wildcard /usr/src/nvidia-*/Module.symvers /usr/src/nvidia-*/kernel-open/Module.symvers)
+nv-symvers = $(or $(NV_SYMVERS),$(firstword $(foreach f,$(nv-candidates),$(if $(call has-symbol,$(f),nvidia_p2p_get_pages),$(f)))))
+
+core-symbol := ib_register_peer_memory_client
+ofed-candidates = $(wildcard /usr/src/ofa_kernel/$(shell uname -m)/$(kernel-release)/Module.symvers \
+	/usr/src/ofa_kernel/default/Module.symvers)
+ofed-symvers = $(or $(OFED_SYMVERS),$(if $(call has-symbol,$(KDIR)/Module.symvers,$(core-symbol)),,$(firstword $(foreach f,$(ofed-candidates),$(if $(call has-symbol,$(f),$(core-symbol)),$(f))))))
+
+allow-unresolved := $(filter 1 y yes,$(PEERMEM_UNRESOLVED_OK) $(PEERMEM_ALLOW_UNRESOLVED))
+unresolved-hint = PEERMEM_UNRESOLVED_OK=1 builds anyway as a compile check (that module will not load)
+
+define peermem-check-symbols
+$(if $(NV_SYMVERS),$(if $(wildcard $(NV_SYMVERS)),,$(call peermem-err,NV_SYMVERS=$(NV_SYMVERS) does not exist. Pass the Module.symvers of the built NVIDIA driver or of tests/gpusim)))
+$(if $(NV_SYMVERS),$(if $(call has-symbol,$(NV_SYMVERS),nvidia_p2p_get_pages),,$(call peermem-err,NV_SYMVERS=$(NV_SYMVERS) does not export nvidia_p2p_get_pages: it is not the Module.symvers of nvidia.ko or gpusim.ko)))
+$(if $(OFED_SYMVERS),$(if $(call has-symbol,$(OFED_SYMVERS),$(core-symbol)),,$(call peermem-err,OFED_SYMVERS=$(OFED_SYMVERS) does not export $(core-symbol): pass the Module.symvers of MLNX_OFED/DOCA-OFED's ib_core (e.g. /usr/src/ofa_kernel/default/Module.symvers))))
+$(if $(allow-unresolved),,$(if $(nv-symvers),,$(call peermem-err,no Module.symvers exporting nvidia_p2p_get_pages for kernel $(kernel-release) (looked at: $(or $(strip $(nv-candidates)),tests/gpusim (not built for this kernel) /var/lib/dkms/nvidia*/*/build /usr/src/nvidia-*)). Build the rig's emulated GPU first (make -C tests/gpusim KDIR=$(KDIR)) or pass NV_SYMVERS=<the NVIDIA driver's Module.symvers>; $(unresolved-hint))))
+$(if $(allow-unresolved),,$(if $(ofed-symvers)$(call has-symbol,$(KDIR)/Module.symvers,$(core-symbol)),,$(call peermem-err,no peer-memory core: $(core-symbol) is neither in KDIR=$(KDIR)/Module.symvers nor in an OFED Module.symvers (/usr/src/ofa_kernel). Build against MLNX_OFED/DOCA-OFED (OFED_SYMVERS=<its Module.symvers>) or the rig kernel (scripts/kernel.sh); $(unresolved-hint))))
+endef
+
+extra-symbols = $(strip $(nv-symvers) $(ofed-symvers))
+kmake = $(MAKE) -C $(KDIR) M=$(PEERMEM_DIR) $(peermem-make-args) \
+	$(if $(extra-symbols),KBUILD_EXTRA_SYMBOLS="$(extra-symbols)") \
+	$(if $(allow-unresolved),KBUILD_MODPOST_WARN=1)
 
 # Each check stops make with one line saying what is wrong and what to do.
 # (They are expanded only when a target that needs the tree runs.)
@@ -69,7 +120,8 @@ endef
 all: modules
 
 modules:
-	@: $(strip $(peermem-check-tree) $(peermem-check-rust))
+	@: $(strip $(peermem-check-tree) $(peermem-check-rust) $(peermem-check-symbols))
+	@echo "peermem: nvidia_p2p_* from $(or $(nv-symvers),nowhere (unresolved)); $(core-symbol) from $(or $(ofed-symvers),$(if $(call has-symbol,$(KDIR)/Module.symvers,$(core-symbol)),the kernel (KDIR/Module.symvers),nowhere (unresolved)))"
 	+$(kmake) modules
 
 modules_install:
@@ -88,4 +140,4 @@ endif
 	rm -f $(PEERMEM_DIR)/rust/ffi_generated.rs $(PEERMEM_DIR)/rust/ffi_generated.rs.tmp.*
 
 help:
-	@sed -n '3,14s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,35s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))

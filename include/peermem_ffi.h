@@ -9,9 +9,10 @@
  * device, u64, ...) resolve to the kernel crate's `kernel::bindings`.
  *
  * The helpers declared below live in rust/helpers.c, a C object linked
- * into the same module: module parameters and debugfs glue, i.e. the
- * kernel interfaces whose Rust abstractions differ between the kernels we
- * support (6.12 LTS and 7.x) or do not exist on some of them.
+ * into the same module: module parameters, debugfs, scatterlists, DMA
+ * device queries and static inlines, i.e. the kernel interfaces whose Rust
+ * abstractions differ between the kernels we support (6.12 LTS and 7.x)
+ * or do not exist on some of them.
  */
 #ifndef PEERMEM_INCLUDE_PEERMEM_FFI_H
 #define PEERMEM_INCLUDE_PEERMEM_FFI_H
@@ -22,11 +23,11 @@
 #include "nv_p2p_abi.h"
 
 /*
- * peermem's version: MODULE_VERSION, and later the version string of the
+ * peermem's version: MODULE_VERSION and the version string of the
  * peer-memory client (at most IB_PEER_MEMORY_VER_MAX - 2 characters, see
  * peer_mem_abi.h).
  */
-#define PEERMEM_VERSION "0.1.0"
+#define PEERMEM_VERSION "0.2.0"
 
 /* ---- Module parameters (read-only once the module is loaded) */
 
@@ -40,6 +41,69 @@ const char *peermem_param_peer_name(void);
 
 /* The enable_invalidate parameter. */
 bool peermem_param_enable_invalidate(void);
+
+/* ---- Scatter-gather tables (what dma_map() hands to the core) */
+
+/*
+ * Allocate a table of nents entries (GFP_KERNEL), chained if needed, every
+ * entry zeroed and the last one marked as the end. 0 or -ENOMEM (then the
+ * table is left zeroed). Free it with peermem_sgt_free().
+ */
+int peermem_sgt_alloc(struct sg_table *sgt, unsigned int nents);
+
+/* Free a table from peermem_sgt_alloc() and zero it; NULL sgl: nothing. */
+void peermem_sgt_free(struct sg_table *sgt);
+
+/* The entry after sg (following chain links), or NULL after the last one. */
+struct scatterlist *peermem_sg_next(struct scatterlist *sg);
+
+/*
+ * A DMA-only entry: no page, length and DMA length len, DMA address
+ * dma_addr (what a device with a DMA device gets).
+ */
+void peermem_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len);
+
+/*
+ * A CPU-addressed entry for devices without a DMA device (rxe, siw): the
+ * len bytes of RAM at physical address phys (page aligned, physically
+ * contiguous, checked with peermem_phys_is_ram()), with the kernel virtual
+ * address as "DMA address", as ib_dma_map_sg() does for such devices.
+ */
+void peermem_sg_set_ram(struct scatterlist *sg, u64 phys, unsigned int len);
+
+/*
+ * Whether the len bytes at physical address phys are ordinary RAM in the
+ * kernel's linear map, with struct pages (pfn_valid, not highmem).
+ */
+bool peermem_phys_is_ram(u64 phys, u64 len);
+
+/* ---- DMA devices */
+
+/* dev as a PCI device, or NULL if it is not one. */
+struct pci_dev *peermem_to_pci_dev(struct device *dev);
+
+/* The device's scatter-gather segment limits (dma_get_max_seg_size, _seg_boundary). */
+unsigned int peermem_dma_max_seg_size(struct device *dev);
+u64 peermem_dma_seg_boundary(struct device *dev);
+
+/* Log (rate-limited) that dev is not a PCI device, so no GPU P2P DMA. */
+void peermem_report_not_pci(struct device *dev);
+
+/* ---- Messages */
+
+/* pr_warn_ratelimited("peermem: %s\n", msg). */
+void peermem_warn_ratelimited(const char *msg);
+
+/* ---- Registration objects alive (module unload waits for none) */
+
+void peermem_objects_inc(void);
+void peermem_objects_dec(void);
+/*
+ * Sleep until no registration object is alive (a free callback may still
+ * be finishing after the core released everything); every 10 s say how
+ * many are left.
+ */
+void peermem_objects_wait(void);
 
 /* ---- debugfs: /sys/kernel/debug/peermem/ */
 

@@ -7,12 +7,33 @@
 //! C glue in `rust/helpers.c`). This module wraps what the rest of the
 //! crate needs in safe functions and types; nothing else declares `extern`
 //! functions or calls into C directly.
+//!
+//! Three interfaces meet here:
+//!
+//! - the peer-memory core (`ib_register_peer_memory_client`): the client
+//!   structure, its callbacks (`extern "C"` trampolines that turn the
+//!   core's raw arguments into [`Registration`] references and call
+//!   `crate::client`), the core's invalidate function;
+//! - the NVIDIA P2P interface (`nvidia_p2p_*`): [`PageTable`],
+//!   [`DmaMapping`], and the free callback;
+//! - kernel helpers from `helpers.c`: [`SgTable`], [`DmaDevice`], messages,
+//!   the count of live registration objects.
 
+use crate::client::{self, Registration};
 use crate::stats::{Counter, Stats};
-use core::ffi::{c_void, CStr};
-use core::ptr;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::cell::UnsafeCell;
+use core::ffi::CStr;
+// The C types of the generated bindings: the kernel's `ffi` crate from 6.13
+// on (c_char is u8, c_ulong usize), `core::ffi` before.
+#[cfg(not(peermem_ffi_crate))]
+use core::ffi::{c_char, c_int, c_ulong, c_void};
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use kernel::error::{code, to_result, Error, Result};
+#[cfg(peermem_ffi_crate)]
+use kernel::ffi::{c_char, c_int, c_ulong, c_void};
+use kernel::sync::Arc;
+use kernel::{pr_err, pr_warn};
 
 #[allow(
     clippy::all,
@@ -55,6 +76,16 @@ const _: () = assert!(VERSION.len() <= raw::IB_PEER_MEMORY_VER_MAX as usize - 2)
 /// `EOVERFLOW`, which the kernel crate of 6.12 does not name.
 pub(crate) fn eoverflow() -> Error {
     Error::from_errno(-(kernel::bindings::EOVERFLOW as i32))
+}
+
+/// `EOPNOTSUPP`, named here for the same reason.
+pub(crate) fn eopnotsupp() -> Error {
+    Error::from_errno(-(kernel::bindings::EOPNOTSUPP as i32))
+}
+
+/// The errno of a C return value (`0` or `-errno`).
+fn result_of(ret: c_int) -> Result {
+    to_result(ret)
 }
 
 /// The `peer_name` module parameter, unchecked (see `params`).
@@ -140,4 +171,844 @@ impl Drop for Debugfs {
 unsafe extern "C" fn read_counter(counter: *const c_void) -> u64 {
     // SAFETY: by the function's safety requirements.
     unsafe { &*counter.cast::<Counter>() }.get()
+}
+
+// ---------------------------------------------------------------------------
+// Messages
+
+/// `pr_warn_ratelimited()` of `msg` (for messages a user can trigger in a loop).
+pub(crate) fn warn_ratelimited(msg: &CStr) {
+    // SAFETY: `msg` is a NUL-terminated string valid for the call.
+    unsafe { raw::peermem_warn_ratelimited(msg.to_bytes_with_nul().as_ptr().cast()) };
+}
+
+// ---------------------------------------------------------------------------
+// Live registration objects
+
+/// Membership in the count of live registration objects, which module
+/// unload waits to drop to zero (see [`wait_for_objects`]).
+///
+/// # Invariants
+///
+/// Each `ObjectCount` has added one to the C glue's count, which its drop removes.
+pub(crate) struct ObjectCount(());
+
+impl ObjectCount {
+    /// Counts one more live object.
+    pub(crate) fn new() -> Self {
+        // SAFETY: FFI call without preconditions.
+        unsafe { raw::peermem_objects_inc() };
+        // INVARIANT: counted just above.
+        Self(())
+    }
+}
+
+impl Drop for ObjectCount {
+    fn drop(&mut self) {
+        // SAFETY: this object was counted (type invariant).
+        unsafe { raw::peermem_objects_dec() };
+    }
+}
+
+/// Sleeps until no [`ObjectCount`] exists.
+pub(crate) fn wait_for_objects() {
+    // SAFETY: FFI call without preconditions; it may sleep (module exit does).
+    unsafe { raw::peermem_objects_wait() };
+}
+
+// ---------------------------------------------------------------------------
+// The peer-memory core
+
+/// GPU page size of the NVIDIA P2P interface (`NVIDIA_P2P_PAGE_SIZE_64KB`).
+pub(crate) const P2P_PAGE_SIZE_64KB: u32 = raw::nvidia_p2p_page_size_type_NVIDIA_P2P_PAGE_SIZE_64KB;
+/// The page-table version peermem is built against.
+pub(crate) const P2P_PAGE_TABLE_VERSION: u32 = raw::NVIDIA_P2P_PAGE_TABLE_VERSION;
+/// The DMA-mapping version peermem is built against.
+pub(crate) const P2P_DMA_MAPPING_VERSION: u32 = raw::NVIDIA_P2P_DMA_MAPPING_VERSION;
+
+/// The client structure handed to the core; it must stay valid (and
+/// unchanged) until unregistration, so it is a static.
+struct ClientSlot(UnsafeCell<raw::peer_memory_client_ex>);
+
+// SAFETY: the slot is written only by `CoreClient::register`, before the
+// core has seen it and while no other registration exists (`REGISTERED`);
+// afterwards only the core reads it.
+unsafe impl Sync for ClientSlot {}
+
+/// An empty client structure.
+const EMPTY_CLIENT: raw::peer_memory_client_ex = {
+    // SAFETY: all-zero bytes are a valid `peer_memory_client_ex` (arrays of
+    // integers, integers and `Option`s of function pointers).
+    unsafe { core::mem::zeroed() }
+};
+
+static CLIENT: ClientSlot = ClientSlot(UnsafeCell::new(EMPTY_CLIENT));
+
+/// Whether a registration exists (there is at most one: `CLIENT` is static).
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+/// The core's registration handle, null while not registered.
+static CORE_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+/// The core's invalidate function (as an address), 0 if none.
+static CORE_INVALIDATE: AtomicUsize = AtomicUsize::new(0);
+/// Set once the handle and the invalidate function are stored: `acquire`
+/// declines everything before (a free callback may need both).
+static READY: AtomicBool = AtomicBool::new(false);
+
+/// peermem's registration with the peer-memory core; dropping it
+/// unregisters, which sleeps until the core released every registration
+/// peermem serves.
+///
+/// # Invariants
+///
+/// While a `CoreClient` exists, `CLIENT` is registered with the core under
+/// the handle in `CORE_HANDLE`, and `REGISTERED` is true.
+pub(crate) struct CoreClient(());
+
+impl CoreClient {
+    /// Registers the client `name` with the core: an invalidating one with
+    /// `PEER_MEM_INVALIDATE_UNMAPS` if `invalidate`, else a plain
+    /// non-invalidating one. `EBUSY` if peermem is registered already,
+    /// `EINVAL` if the core refuses (it logs why), `ENAMETOOLONG` for a
+    /// name that does not fit.
+    pub(crate) fn register(name: &str, invalidate: bool) -> Result<Self> {
+        if name.len() >= PEER_NAME_CAPACITY {
+            return Err(code::ENAMETOOLONG);
+        }
+        if REGISTERED.swap(true, Ordering::AcqRel) {
+            return Err(code::EBUSY);
+        }
+        // SAFETY: `REGISTERED` was false: the core does not know `CLIENT`
+        // and nothing else writes it (see `ClientSlot`).
+        let ex = unsafe { &mut *CLIENT.0.get() };
+        *ex = EMPTY_CLIENT;
+        for (d, s) in ex.client.name.iter_mut().zip(name.bytes()) {
+            *d = c_char::from_ne_bytes([s]);
+        }
+        for (d, s) in ex.client.version.iter_mut().zip(VERSION.bytes()) {
+            *d = c_char::from_ne_bytes([s]);
+        }
+        ex.client.acquire = Some(cb_acquire);
+        ex.client.get_pages = Some(cb_get_pages);
+        ex.client.dma_map = Some(cb_dma_map);
+        ex.client.dma_unmap = Some(cb_dma_unmap);
+        ex.client.put_pages = Some(cb_put_pages);
+        ex.client.get_page_size = Some(cb_get_page_size);
+        ex.client.release = Some(cb_release);
+        if invalidate {
+            // The marker of an extended client (VERSION leaves room, see above).
+            ex.client.version[raw::IB_PEER_MEMORY_VER_MAX as usize - 1] = 1;
+            ex.ex_size = core::mem::size_of::<raw::peer_memory_client_ex>();
+            ex.flags = raw::PEER_MEM_INVALIDATE_UNMAPS;
+        }
+        let mut inval: raw::invalidate_peer_memory = None;
+        // SAFETY: `CLIENT` is a complete, static client; `inval` outlives
+        // the call. The core keeps the pointer to `CLIENT` until
+        // `ib_unregister_peer_memory_client`, which only `drop` calls.
+        let handle = unsafe {
+            raw::ib_register_peer_memory_client(
+                ptr::from_ref(&ex.client),
+                if invalidate {
+                    &mut inval
+                } else {
+                    ptr::null_mut()
+                },
+            )
+        };
+        if handle.is_null() {
+            REGISTERED.store(false, Ordering::Release);
+            return Err(code::EINVAL);
+        }
+        let inval_addr = inval.map_or(0, |f| f as usize);
+        if invalidate && inval_addr == 0 {
+            // SAFETY: `handle` was just returned by the core and is not used again.
+            unsafe { raw::ib_unregister_peer_memory_client(handle) };
+            REGISTERED.store(false, Ordering::Release);
+            pr_err!("the peer-memory core accepted the registration but handed out no invalidate function; this core cannot serve an invalidating client: load peermem with enable_invalidate=0\n");
+            return Err(code::EINVAL);
+        }
+        CORE_HANDLE.store(handle, Ordering::Release);
+        CORE_INVALIDATE.store(inval_addr, Ordering::Release);
+        READY.store(true, Ordering::Release);
+        // INVARIANT: registered under `handle`, stored in `CORE_HANDLE`.
+        Ok(Self(()))
+    }
+}
+
+impl Drop for CoreClient {
+    fn drop(&mut self) {
+        READY.store(false, Ordering::Release);
+        let handle = CORE_HANDLE.load(Ordering::Acquire);
+        // SAFETY: `handle` is the registration (type invariant); after this
+        // call the core never calls the client again, so `CLIENT` and the
+        // callbacks may go.
+        unsafe { raw::ib_unregister_peer_memory_client(handle) };
+        CORE_INVALIDATE.store(0, Ordering::Release);
+        CORE_HANDLE.store(ptr::null_mut(), Ordering::Release);
+        REGISTERED.store(false, Ordering::Release);
+    }
+}
+
+/// Calls the core's invalidate function for `ticket` (a `core_context`
+/// from `get_pages`). `None` if peermem is not an invalidating client.
+///
+/// Must not be called with a lock held that `get_pages`/`dma_map` take:
+/// the core waits for the mapping lock, held across those.
+pub(crate) fn core_invalidate(ticket: u64) -> Option<i32> {
+    let f = CORE_INVALIDATE.load(Ordering::Acquire);
+    let handle = CORE_HANDLE.load(Ordering::Acquire);
+    if f == 0 || handle.is_null() {
+        return None;
+    }
+    // SAFETY: `f` is the address of the core's `invalidate_peer_memory`
+    // function, stored by `CoreClient::register` from what the core wrote.
+    let f: unsafe extern "C" fn(*mut c_void, u64) -> c_int = unsafe { core::mem::transmute(f) };
+    // SAFETY: `handle` is the live registration: a free callback can only
+    // run for a registration object, and those exist only between
+    // `acquire` (which needs `READY`) and `release`, all before
+    // unregistration returns.
+    Some(unsafe { f(handle, ticket) })
+}
+
+/// The registration behind a core `client_context`.
+///
+/// # Safety
+///
+/// `ctx` must be a pointer that `cb_acquire` stored and `cb_release` has
+/// not consumed yet: the core's reference keeps the object alive for `'a`
+/// (the callback's duration).
+unsafe fn registration<'a>(ctx: *mut c_void) -> &'a Registration {
+    // SAFETY: by the function's safety requirements.
+    unsafe { &*ctx.cast::<Registration>() }
+}
+
+/// # Safety
+///
+/// Called by the peer-memory core only, with the arguments its ABI
+/// describes (`include/peer_mem_abi.h`); a `client_context` is one that
+/// `cb_acquire` stored and `cb_release` has not consumed yet.
+unsafe extern "C" fn cb_acquire(
+    addr: c_ulong,
+    size: usize,
+    _legacy_private: *mut c_void,
+    _legacy_name: *mut c_char,
+    client_context: *mut *mut c_void,
+) -> c_int {
+    if client_context.is_null() || !READY.load(Ordering::Acquire) {
+        return 0;
+    }
+    #[allow(clippy::useless_conversion)] // c_ulong is u64 before 6.13
+    let addr = u64::try_from(addr).unwrap_or(u64::MAX);
+    match client::acquire(addr, size as u64) {
+        Some(reg) => {
+            // SAFETY: the core passes a valid pointer for the context; the
+            // reference stored there is given back in `cb_release`.
+            unsafe { *client_context = Arc::into_raw(reg).cast_mut().cast() };
+            1
+        }
+        None => 0,
+    }
+}
+
+/// # Safety
+///
+/// Called by the peer-memory core only, with the arguments its ABI
+/// describes (`include/peer_mem_abi.h`); a `client_context` is one that
+/// `cb_acquire` stored and `cb_release` has not consumed yet.
+unsafe extern "C" fn cb_get_pages(
+    addr: c_ulong,
+    size: usize,
+    _write: c_int,
+    _force: c_int,
+    _legacy_sg: *mut kernel::bindings::sg_table,
+    client_context: *mut c_void,
+    core_context: u64,
+) -> c_int {
+    // SAFETY: the core passes the context `cb_acquire` stored and has not released it.
+    let reg = unsafe { registration(client_context) };
+    #[allow(clippy::useless_conversion)] // c_ulong is u64 before 6.13
+    let addr = u64::try_from(addr).unwrap_or(u64::MAX);
+    match client::get_pages(reg, addr, size as u64, core_context) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// # Safety
+///
+/// Called by the peer-memory core only, with the arguments its ABI
+/// describes (`include/peer_mem_abi.h`); a `client_context` is one that
+/// `cb_acquire` stored and `cb_release` has not consumed yet.
+unsafe extern "C" fn cb_dma_map(
+    sgt: *mut kernel::bindings::sg_table,
+    client_context: *mut c_void,
+    dma_device: *mut kernel::bindings::device,
+    _legacy_dmasync: c_int,
+    nmap: *mut c_int,
+) -> c_int {
+    if sgt.is_null() || nmap.is_null() {
+        return code::EINVAL.to_errno();
+    }
+    // SAFETY: as in `cb_get_pages`.
+    let reg = unsafe { registration(client_context) };
+    // SAFETY: the core passes its RDMA device's DMA device, live for the
+    // umem's lifetime, or NULL.
+    let dev = unsafe { DmaDevice::from_raw(dma_device) };
+    match client::dma_map(reg, &dev) {
+        Ok(view) => {
+            // SAFETY: `sgt` and `nmap` are the core's, valid for the call.
+            unsafe {
+                *sgt = view.0;
+                *nmap = view.0.nents as c_int;
+            }
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// # Safety
+///
+/// Called by the peer-memory core only, with the arguments its ABI
+/// describes (`include/peer_mem_abi.h`); a `client_context` is one that
+/// `cb_acquire` stored and `cb_release` has not consumed yet.
+unsafe extern "C" fn cb_dma_unmap(
+    sgt: *mut kernel::bindings::sg_table,
+    client_context: *mut c_void,
+    _dma_device: *mut kernel::bindings::device,
+) -> c_int {
+    // SAFETY: as in `cb_get_pages`.
+    let reg = unsafe { registration(client_context) };
+    let sgl = if sgt.is_null() {
+        0
+    } else {
+        // SAFETY: the core's table, valid for the call.
+        unsafe { (*sgt).sgl as usize }
+    };
+    client::dma_unmap(reg, sgl);
+    0
+}
+
+/// # Safety
+///
+/// Called by the peer-memory core only, with the arguments its ABI
+/// describes (`include/peer_mem_abi.h`); a `client_context` is one that
+/// `cb_acquire` stored and `cb_release` has not consumed yet.
+unsafe extern "C" fn cb_put_pages(
+    _sgt: *mut kernel::bindings::sg_table,
+    client_context: *mut c_void,
+) {
+    // SAFETY: as in `cb_get_pages`.
+    let reg = unsafe { registration(client_context) };
+    client::put_pages(reg);
+}
+
+/// # Safety
+///
+/// Called by the peer-memory core only, with the arguments its ABI
+/// describes (`include/peer_mem_abi.h`); a `client_context` is one that
+/// `cb_acquire` stored and `cb_release` has not consumed yet.
+unsafe extern "C" fn cb_get_page_size(client_context: *mut c_void) -> c_ulong {
+    // SAFETY: as in `cb_get_pages`.
+    let reg = unsafe { registration(client_context) };
+    #[allow(clippy::useless_conversion)] // c_ulong is u64 before 6.13
+    c_ulong::try_from(client::page_size(reg)).unwrap_or(0)
+}
+
+/// # Safety
+///
+/// Called by the peer-memory core only, with the arguments its ABI
+/// describes (`include/peer_mem_abi.h`); a `client_context` is one that
+/// `cb_acquire` stored and `cb_release` has not consumed yet.
+unsafe extern "C" fn cb_release(client_context: *mut c_void) {
+    // SAFETY: the core releases each context once, the one `cb_acquire`
+    // stored with `Arc::into_raw`: this takes that reference back.
+    let reg = unsafe { Arc::from_raw(client_context.cast_const().cast::<Registration>()) };
+    client::release(reg);
+}
+
+// ---------------------------------------------------------------------------
+// The NVIDIA P2P interface
+
+/// Whether a structure of version `have` is usable by code built against
+/// `want` (`NVIDIA_P2P_VERSION_COMPATIBLE`): same major, minor at least ours.
+pub(crate) fn p2p_version_compatible(have: u32, want: u32) -> bool {
+    let major = |v: u32| (v & raw::NVIDIA_P2P_MAJOR_VERSION_MASK) >> 16;
+    let minor = |v: u32| v & raw::NVIDIA_P2P_MINOR_VERSION_MASK;
+    major(have) == major(want) && minor(have) >= minor(want)
+}
+
+/// The free callback given to `nvidia_p2p_get_pages`: `data` is the
+/// reference [`p2p_get_pages`] handed to the driver.
+///
+/// # Safety
+///
+/// Called by the GPU driver only, at most once per pin, with that pin's `data`.
+unsafe extern "C" fn cb_gpu_free(data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: the driver calls the callback at most once per pin, with the
+    // `data` of `p2p_get_pages`: a reference from `Arc::into_raw` that
+    // nobody took back (a successful put would have, but then the driver
+    // never calls the callback; see `CallbackRef::reclaim`).
+    let reg = unsafe { Arc::from_raw(data.cast_const().cast::<Registration>()) };
+    client::gpu_freed(reg);
+}
+
+/// A page table pinned with `nvidia_p2p_get_pages*`.
+///
+/// # Invariants
+///
+/// `ptr` is a page table the driver handed out for `[va, va + len)` and
+/// did not free: it stays valid until [`PageTable::put`] or, for a
+/// non-persistent one, until its free callback returns; the owner of the
+/// `PageTable` makes sure neither happened while it uses it (peermem's
+/// free callback takes the table out of its registration, under the
+/// registration's lock, before returning). `callback` is the reference
+/// handed to the driver as the callback's `data` (null for a persistent pin).
+pub(crate) struct PageTable {
+    ptr: NonNull<raw::nvidia_p2p_page_table>,
+    va: u64,
+    callback: *const Registration,
+}
+
+// SAFETY: the page table is the driver's object, usable from any thread;
+// `callback` is only handed back to `Arc::from_raw`.
+unsafe impl Send for PageTable {}
+
+/// Pins `[va, va + len)` (64 KiB aligned) of the calling process.
+///
+/// With `callback`, a non-persistent pin whose free callback gets that
+/// reference (on failure it is returned with the error); without, a
+/// persistent pin.
+pub(crate) fn p2p_get_pages(
+    va: u64,
+    len: u64,
+    callback: Option<Arc<Registration>>,
+) -> core::result::Result<PageTable, (Error, Option<Arc<Registration>>)> {
+    let mut pt: *mut raw::nvidia_p2p_page_table = ptr::null_mut();
+    let (ret, data) = match callback {
+        Some(reg) => {
+            let data = Arc::into_raw(reg);
+            // SAFETY: `pt` is a valid out pointer; `cb_gpu_free` and `data`
+            // stay valid until the callback ran or the pages were put (the
+            // reference keeps the object; module unload waits for it).
+            let ret = unsafe {
+                raw::nvidia_p2p_get_pages(
+                    0,
+                    0,
+                    va,
+                    len,
+                    &mut pt,
+                    Some(cb_gpu_free),
+                    data.cast_mut().cast(),
+                )
+            };
+            (ret, data)
+        }
+        None => {
+            // SAFETY: `pt` is a valid out pointer.
+            let ret = unsafe { raw::nvidia_p2p_get_pages_persistent(va, len, &mut pt, 0) };
+            (ret, ptr::null())
+        }
+    };
+    let back = || {
+        // SAFETY: the pin failed, so the driver will never call the
+        // callback: the reference `into_raw` made is ours again.
+        (!data.is_null()).then(|| unsafe { Arc::from_raw(data) })
+    };
+    if let Err(e) = result_of(ret) {
+        return Err((e, back()));
+    }
+    match NonNull::new(pt) {
+        // INVARIANT: the driver handed out `pt` for this range.
+        Some(ptr) => Ok(PageTable {
+            ptr,
+            va,
+            callback: data,
+        }),
+        None => {
+            pr_err!("nvidia_p2p_get_pages returned success but no page table; the GPU driver is broken\n");
+            // No page table to put back or to call a callback for.
+            Err((code::EIO, back()))
+        }
+    }
+}
+
+/// The free callback's reference, after the page table went back to the driver.
+pub(crate) struct CallbackRef(*const Registration);
+
+impl CallbackRef {
+    /// Takes the free callback's reference back.
+    ///
+    /// # Safety
+    ///
+    /// The driver must never call the free callback of this pin (any
+    /// more), and it must not have been called: i.e. `nvidia_p2p_put_pages`
+    /// succeeded before the callback started.
+    pub(crate) unsafe fn reclaim(self) -> Option<Arc<Registration>> {
+        // SAFETY: the reference from `Arc::into_raw` in `p2p_get_pages`,
+        // which the callback did not and will not consume (the caller's promise).
+        (!self.0.is_null()).then(|| unsafe { Arc::from_raw(self.0) })
+    }
+}
+
+impl PageTable {
+    fn table(&self) -> &raw::nvidia_p2p_page_table {
+        // SAFETY: valid while `self` exists (type invariant).
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// The structure's version.
+    pub(crate) fn version(&self) -> u32 {
+        self.table().version
+    }
+
+    /// The page size, an `nvidia_p2p_page_size_type` value.
+    pub(crate) fn page_size_type(&self) -> u32 {
+        self.table().page_size
+    }
+
+    /// Number of pages.
+    pub(crate) fn entries(&self) -> u32 {
+        self.table().entries
+    }
+
+    /// Whether this pin is persistent (no free callback).
+    pub(crate) fn is_persistent(&self) -> bool {
+        self.callback.is_null()
+    }
+
+    /// Whether every page pointer is there (checked once, before [`Self::phys_addrs`] is used).
+    pub(crate) fn pages_present(&self) -> bool {
+        let t = self.table();
+        if t.pages.is_null() {
+            return false;
+        }
+        (0..t.entries as usize).all(|i| {
+            // SAFETY: `pages` has `entries` elements (the driver's promise).
+            !unsafe { *t.pages.add(i) }.is_null()
+        })
+    }
+
+    /// The physical (bus) address of each page, in order. Only after
+    /// [`Self::pages_present`] said yes.
+    pub(crate) fn phys_addrs(&self) -> impl Iterator<Item = u64> + '_ {
+        let t = self.table();
+        (0..t.entries as usize).map(move |i| {
+            // SAFETY: `pages` has `entries` non-null elements (the driver's
+            // promise, checked by `pages_present`), valid with the table.
+            unsafe { (**t.pages.add(i)).physical_address }
+        })
+    }
+
+    /// Unpins the pages (`nvidia_p2p_put_pages*`). The page table is gone
+    /// afterwards whatever the result; the callback's reference comes back
+    /// for the caller to decide about (see [`CallbackRef::reclaim`]).
+    pub(crate) fn put(self) -> (Result, CallbackRef) {
+        let this = core::mem::ManuallyDrop::new(self);
+        let ret = if this.callback.is_null() {
+            // SAFETY: a persistent pin of this range, not put before (type invariant).
+            unsafe { raw::nvidia_p2p_put_pages_persistent(this.va, this.ptr.as_ptr(), 0) }
+        } else {
+            // SAFETY: a pin of this range; if its free callback is running,
+            // the driver refuses (or serializes) the put.
+            unsafe { raw::nvidia_p2p_put_pages(0, 0, this.va, this.ptr.as_ptr()) }
+        };
+        (result_of(ret), CallbackRef(this.callback))
+    }
+
+    /// Called from the free callback: the page table is the driver's from
+    /// now on (it frees it when the callback returns); not touched again.
+    pub(crate) fn give_to_driver(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl Drop for PageTable {
+    fn drop(&mut self) {
+        // Every owner gives the table back explicitly (`put` or
+        // `give_to_driver`); reaching this is a peermem bug that leaks a pin.
+        crate::stats::STATS.errors.inc();
+        pr_err!("BUG: a pinned page table at {:#x} was dropped without being put back; its GPU memory stays pinned\n", self.va);
+    }
+}
+
+/// A PCI device used as DMA peer.
+///
+/// # Invariants
+///
+/// `0` points to a live `struct pci_dev` (the core's RDMA DMA device,
+/// which outlives every umem of the device).
+pub(crate) struct PciDev(NonNull<kernel::bindings::pci_dev>);
+
+// SAFETY: a reference to a device, usable from any thread.
+unsafe impl Send for PciDev {}
+
+/// The DMA device `dma_map` is asked to map for (valid for `'a`, the call).
+pub(crate) enum DmaDevice<'a> {
+    /// None: a device that reads memory with the CPU (rxe, siw).
+    Cpu,
+    /// A PCI device, with its scatter-gather limits.
+    Pci {
+        /// The device.
+        pdev: PciDev,
+        /// `dma_get_max_seg_size()`.
+        max_seg_size: u32,
+        /// `dma_get_seg_boundary()`.
+        seg_boundary: u64,
+    },
+    /// Some other device (peer-to-peer needs PCI).
+    Other(NotPci<'a>),
+}
+
+/// A DMA device that is not a PCI device, valid for `'a`.
+pub(crate) struct NotPci<'a>(
+    NonNull<kernel::bindings::device>,
+    core::marker::PhantomData<&'a ()>,
+);
+
+impl NotPci<'_> {
+    /// Logs (rate-limited, naming the device) that it cannot do GPU peer-to-peer DMA.
+    pub(crate) fn report(&self) {
+        // SAFETY: a live device (from `DmaDevice::from_raw`'s caller).
+        unsafe { raw::peermem_report_not_pci(self.0.as_ptr().cast()) };
+    }
+}
+
+impl DmaDevice<'_> {
+    /// # Safety
+    ///
+    /// `dev` is NULL or a live device that outlives the returned value.
+    unsafe fn from_raw(dev: *mut kernel::bindings::device) -> Self {
+        if dev.is_null() {
+            return Self::Cpu;
+        }
+        // SAFETY: `dev` is a live device.
+        let pdev = unsafe { raw::peermem_to_pci_dev(dev) };
+        match NonNull::new(pdev.cast::<kernel::bindings::pci_dev>()) {
+            Some(p) => Self::Pci {
+                // INVARIANT: the PCI device of the live `dev`.
+                pdev: PciDev(p),
+                // SAFETY: `dev` is a live device.
+                max_seg_size: unsafe { raw::peermem_dma_max_seg_size(dev) },
+                // SAFETY: `dev` is a live device.
+                seg_boundary: unsafe { raw::peermem_dma_seg_boundary(dev) },
+            },
+            None => Self::Other(NotPci(
+                // SAFETY: not null (checked above).
+                unsafe { NonNull::new_unchecked(dev) },
+                core::marker::PhantomData,
+            )),
+        }
+    }
+}
+
+/// A DMA mapping of a page table for a PCI device (`nvidia_p2p_dma_map_pages`).
+///
+/// # Invariants
+///
+/// `ptr` is a mapping the driver made of a page table for `pdev`, not yet
+/// unmapped or given back; valid while that page table is (see [`PageTable`]).
+pub(crate) struct DmaMapping {
+    ptr: NonNull<raw::nvidia_p2p_dma_mapping>,
+    pdev: PciDev,
+}
+
+// SAFETY: the driver's object, usable from any thread.
+unsafe impl Send for DmaMapping {}
+
+impl DmaMapping {
+    /// Maps `pt` for DMA by `pdev`.
+    pub(crate) fn map(pdev: &PciDev, pt: &PageTable) -> Result<Self> {
+        let mut m: *mut raw::nvidia_p2p_dma_mapping = ptr::null_mut();
+        // SAFETY: `pdev` is live, `pt` is a live page table (type
+        // invariants), `m` a valid out pointer.
+        let ret = unsafe {
+            raw::nvidia_p2p_dma_map_pages(pdev.0.as_ptr().cast(), pt.ptr.as_ptr(), &mut m)
+        };
+        result_of(ret)?;
+        let ptr = NonNull::new(m).ok_or(code::EIO)?;
+        // INVARIANT: just mapped for `pdev`.
+        Ok(Self {
+            ptr,
+            pdev: PciDev(pdev.0),
+        })
+    }
+
+    fn mapping(&self) -> &raw::nvidia_p2p_dma_mapping {
+        // SAFETY: valid (type invariant).
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// The structure's version.
+    pub(crate) fn version(&self) -> u32 {
+        self.mapping().version
+    }
+
+    /// The page size, an `nvidia_p2p_page_size_type` value.
+    pub(crate) fn page_size_type(&self) -> u32 {
+        self.mapping().page_size_type
+    }
+
+    /// Number of DMA addresses.
+    pub(crate) fn entries(&self) -> u32 {
+        self.mapping().entries
+    }
+
+    /// The DMA address of each page, in order (none if the array is missing).
+    pub(crate) fn addresses(&self) -> impl Iterator<Item = u64> + '_ {
+        let m = self.mapping();
+        let n = if m.dma_addresses.is_null() {
+            0
+        } else {
+            m.entries as usize
+        };
+        (0..n).map(move |i| {
+            // SAFETY: `dma_addresses` has `entries` elements (the driver's promise).
+            unsafe { *m.dma_addresses.add(i) }
+        })
+    }
+
+    /// Unmaps (`nvidia_p2p_dma_unmap_pages`); `pt` is the page table it maps.
+    pub(crate) fn unmap(self, pt: &PageTable) -> Result {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: a live mapping of the live `pt` for `pdev` (type invariants).
+        result_of(unsafe {
+            raw::nvidia_p2p_dma_unmap_pages(
+                this.pdev.0.as_ptr().cast(),
+                pt.ptr.as_ptr(),
+                this.ptr.as_ptr(),
+            )
+        })
+    }
+
+    /// From inside the free callback: give the mapping back to the driver
+    /// (`nvidia_p2p_free_dma_mapping`), which frees it with the page table.
+    pub(crate) fn free_in_callback(self) {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: a live mapping, inside its page table's free callback.
+        let ret = unsafe { raw::nvidia_p2p_free_dma_mapping(this.ptr.as_ptr()) };
+        if ret != 0 {
+            pr_warn!("nvidia_p2p_free_dma_mapping failed ({}) in the free callback; the GPU driver frees the mapping with its page table anyway\n", ret);
+        }
+    }
+}
+
+impl Drop for DmaMapping {
+    fn drop(&mut self) {
+        crate::stats::STATS.errors.inc();
+        pr_err!("BUG: a DMA mapping was dropped without being unmapped\n");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Scatter-gather tables
+
+/// A scatter-gather table peermem allocated (its own copy; the core gets a
+/// shallow copy of the `struct sg_table`, sharing the entries).
+///
+/// # Invariants
+///
+/// `0` was filled by `peermem_sgt_alloc` (or is zeroed) and is freed on drop.
+pub(crate) struct SgTable(kernel::bindings::sg_table);
+
+// SAFETY: plain memory owned by this object.
+unsafe impl Send for SgTable {}
+
+/// The `struct sg_table` handed to the core.
+pub(crate) struct SgView(kernel::bindings::sg_table);
+
+impl SgTable {
+    /// A table of `nents` zeroed entries.
+    pub(crate) fn new(nents: u32) -> Result<Self> {
+        if nents == 0 {
+            return Err(code::EINVAL);
+        }
+        // SAFETY: all-zero is the empty `struct sg_table`.
+        let mut t = Self(unsafe { core::mem::zeroed() });
+        // SAFETY: `t.0` is a valid, empty table to fill.
+        result_of(unsafe { raw::peermem_sgt_alloc(&mut t.0, nents) })?;
+        Ok(t)
+    }
+
+    /// Number of entries.
+    pub(crate) fn nents(&self) -> u32 {
+        let t = &self.0;
+        t.orig_nents
+    }
+
+    /// Address of the first entry (identifies the table).
+    pub(crate) fn sgl_addr(&self) -> usize {
+        self.0.sgl as usize
+    }
+
+    /// What the core gets: the same entries, `nents` entries mapped.
+    pub(crate) fn view(&self) -> SgView {
+        SgView(kernel::bindings::sg_table {
+            sgl: self.0.sgl,
+            nents: self.0.orig_nents,
+            orig_nents: self.0.orig_nents,
+        })
+    }
+
+    /// A cursor over the entries, to fill them in order.
+    pub(crate) fn cursor(&mut self) -> SgCursor<'_> {
+        SgCursor {
+            next: self.0.sgl,
+            _table: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for SgTable {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `peermem_sgt_alloc` or zeroed (type invariant).
+        unsafe { raw::peermem_sgt_free(&mut self.0) };
+    }
+}
+
+/// Fills the entries of an [`SgTable`] one after the other.
+pub(crate) struct SgCursor<'a> {
+    next: *mut kernel::bindings::scatterlist,
+    _table: core::marker::PhantomData<&'a mut SgTable>,
+}
+
+impl SgCursor<'_> {
+    fn advance(&mut self) -> Result<*mut kernel::bindings::scatterlist> {
+        let sg = self.next;
+        if sg.is_null() {
+            return Err(code::EINVAL);
+        }
+        // SAFETY: `sg` is an entry of the table this cursor borrows.
+        self.next = unsafe { raw::peermem_sg_next(sg) };
+        Ok(sg)
+    }
+
+    /// Next entry: DMA address and length only (no page). `EINVAL` past the end.
+    pub(crate) fn set_dma(&mut self, addr: u64, len: u32) -> Result {
+        let sg = self.advance()?;
+        // SAFETY: `sg` is an entry of the borrowed table.
+        unsafe { raw::peermem_sg_set_dma(sg, addr, len) };
+        Ok(())
+    }
+
+    /// Next entry: `len` bytes of RAM at physical address `phys`.
+    /// `EOPNOTSUPP` if that is not RAM with struct pages, `EINVAL` past the end.
+    pub(crate) fn set_ram(&mut self, phys: u64, len: u32) -> Result {
+        if !phys_is_ram(phys, u64::from(len)) {
+            return Err(eopnotsupp());
+        }
+        let sg = self.advance()?;
+        // SAFETY: `sg` is an entry of the borrowed table; the range is RAM
+        // with struct pages in the linear map (checked above).
+        unsafe { raw::peermem_sg_set_ram(sg, phys, len) };
+        Ok(())
+    }
+}
+
+/// Whether `[phys, phys + len)` is RAM with struct pages in the linear map.
+pub(crate) fn phys_is_ram(phys: u64, len: u64) -> bool {
+    // SAFETY: FFI call without preconditions (it only inspects the memory map).
+    unsafe { raw::peermem_phys_is_ram(phys, len) }
 }

@@ -1,17 +1,25 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C glue of the peermem module: module metadata and parameters, and the
- * debugfs directory. These are kernel interfaces whose Rust abstractions
- * differ between the kernels peermem builds on (6.12 LTS has neither Rust
- * module parameters nor Rust debugfs), so they live here, behind the small
- * API declared in include/peermem_ffi.h. The logic stays in Rust.
+ * C glue of the peermem module: module metadata and parameters, the
+ * debugfs directory, scatterlists, DMA-device queries and a few static
+ * inlines. These are kernel interfaces whose Rust abstractions differ
+ * between the kernels peermem builds on (6.12 LTS has neither Rust module
+ * parameters nor Rust debugfs, nor scatterlist or PCI abstractions), so
+ * they live here, behind the small API declared in include/peermem_ffi.h.
+ * The logic stays in Rust.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/debugfs.h>
+#include <linux/dma-mapping.h>
 #include <linux/err.h>
+#include <linux/highmem.h>
+#include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/pci.h>
+#include <linux/scatterlist.h>
+#include <linux/wait_bit.h>
 
 #include "peermem_ffi.h"
 
@@ -20,15 +28,20 @@ MODULE_AUTHOR("The peermem authors");
 
 /* ---- Module parameters */
 
-static char peer_name[IB_PEER_MEMORY_NAME_MAX] = "peermem";
+/*
+ * nv_mem: the name nvidia-peermem registers, which NCCL looks for
+ * (/sys/kernel/mm/memory_peers/nv_mem/version) to decide that GPUDirect
+ * RDMA works. It also keeps nvidia-peermem and peermem from both loading.
+ */
+static char peer_name[IB_PEER_MEMORY_NAME_MAX] = "nv_mem";
 module_param_string(peer_name, peer_name, sizeof(peer_name), 0444);
 MODULE_PARM_DESC(peer_name,
-		 "Name to register with the peer-memory core: 1-63 characters of A-Z a-z 0-9 _ . - (default \"peermem\"). Checked at load; not used yet, as this version does not register with the core.");
+		 "Name to register with the peer-memory core: 1-63 characters of A-Z a-z 0-9 _ . - (default \"nv_mem\", the name of nvidia-peermem, which NCCL looks for)");
 
 static bool enable_invalidate = true;
 module_param(enable_invalidate, bool, 0444);
 MODULE_PARM_DESC(enable_invalidate,
-		 "Register as an invalidating client, so that freeing GPU memory revokes RDMA access to it (default Y). Not used yet, as this version does not register with the core.");
+		 "Register as an invalidating client, so that freeing GPU memory revokes RDMA access to it (default Y). N: pin persistently, like NVIDIA's non-invalidating client; freed GPU memory then stays allocated until its registrations are gone");
 
 const char *peermem_param_peer_name(void)
 {
@@ -38,6 +51,108 @@ const char *peermem_param_peer_name(void)
 bool peermem_param_enable_invalidate(void)
 {
 	return enable_invalidate;
+}
+
+/* ---- Scatter-gather tables */
+
+int peermem_sgt_alloc(struct sg_table *sgt, unsigned int nents)
+{
+	return sg_alloc_table(sgt, nents, GFP_KERNEL);
+}
+
+void peermem_sgt_free(struct sg_table *sgt)
+{
+	if (sgt->sgl)
+		sg_free_table(sgt);
+	memset(sgt, 0, sizeof(*sgt));
+}
+
+struct scatterlist *peermem_sg_next(struct scatterlist *sg)
+{
+	return sg_next(sg);
+}
+
+void peermem_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len)
+{
+	sg_set_page(sg, NULL, len, 0);
+	sg_dma_address(sg) = dma_addr;
+	sg_dma_len(sg) = len;
+}
+
+void peermem_sg_set_ram(struct scatterlist *sg, u64 phys, unsigned int len)
+{
+	struct page *page = pfn_to_page(PHYS_PFN(phys));
+
+	sg_set_page(sg, page, len, 0);
+	sg_dma_address(sg) = (u64)(uintptr_t)page_address(page);
+	sg_dma_len(sg) = len;
+}
+
+bool peermem_phys_is_ram(u64 phys, u64 len)
+{
+	unsigned long pfn = PHYS_PFN(phys);
+	unsigned long last;
+
+	if (!len || !PAGE_ALIGNED(phys) || !PAGE_ALIGNED(len) ||
+	    phys + len < phys)
+		return false;
+	last = PHYS_PFN(phys + len - 1);
+	/* The first and last page of a run stand for the run (its chunks are RAM). */
+	if (!pfn_valid(pfn) || !pfn_valid(last))
+		return false;
+	return !PageHighMem(pfn_to_page(pfn)) && !PageHighMem(pfn_to_page(last));
+}
+
+/* ---- DMA devices */
+
+struct pci_dev *peermem_to_pci_dev(struct device *dev)
+{
+	return dev && dev_is_pci(dev) ? to_pci_dev(dev) : NULL;
+}
+
+unsigned int peermem_dma_max_seg_size(struct device *dev)
+{
+	return dma_get_max_seg_size(dev);
+}
+
+u64 peermem_dma_seg_boundary(struct device *dev)
+{
+	return dma_get_seg_boundary(dev);
+}
+
+void peermem_report_not_pci(struct device *dev)
+{
+	dev_err_ratelimited(dev, "peermem: dma_map for a device that is not a PCI device; GPU peer-to-peer DMA needs a PCI RDMA adapter. The registration fails with EINVAL\n");
+}
+
+/* ---- Messages */
+
+void peermem_warn_ratelimited(const char *msg)
+{
+	pr_warn_ratelimited("%s\n", msg);
+}
+
+/* ---- Registration objects alive */
+
+static atomic_t peermem_objects = ATOMIC_INIT(0);
+
+void peermem_objects_inc(void)
+{
+	atomic_inc(&peermem_objects);
+}
+
+void peermem_objects_dec(void)
+{
+	if (atomic_dec_and_test(&peermem_objects))
+		wake_up_var(&peermem_objects);
+}
+
+void peermem_objects_wait(void)
+{
+	while (!wait_var_event_timeout(&peermem_objects,
+				       !atomic_read(&peermem_objects), 10 * HZ))
+		pr_info("unloading: waiting for %d registration object(s) still referenced by GPU free callbacks in flight\n",
+			atomic_read(&peermem_objects));
 }
 
 /* ---- debugfs */

@@ -4,22 +4,30 @@
 //! lets `ibv_reg_mr()` register GPU memory exported through the NVIDIA P2P
 //! interface (`nvidia_p2p_*`).
 //!
-//! This version is the skeleton: it loads, checks its parameters, shows
-//! its counters in `/sys/kernel/debug/peermem/` and carries the range and
-//! scatter-list arithmetic the client is built on (with KUnit tests). It
-//! does not register with the peer-memory core yet.
+//! At load it registers with the peer-memory core (`peer_name`, by default
+//! `nv_mem`, the name NCCL looks for) as an invalidating client with
+//! `PEER_MEM_INVALIDATE_UNMAPS`, or, with `enable_invalidate=0`, as a
+//! non-invalidating one that pins persistently. Each registration pins its
+//! GPU pages once, in `acquire`, and maps them with contiguous pages
+//! coalesced; when the GPU memory is freed under a live registration the
+//! driver's free callback invalidates it through the core. See
+//! `docs/module.md`.
 //!
 //! Layout: `ffi` is the only module with raw bindings and C calls;
-//! everything else is safe Rust. Kernel interfaces whose Rust abstractions
-//! differ between the supported kernels (module parameters, debugfs) live
-//! in the C glue `helpers.c`, behind `ffi`.
+//! `client` is the client's logic, `range` the page arithmetic, `stats`
+//! the counters in `/sys/kernel/debug/peermem/`, `params` the module
+//! parameters, `sync` the lock type. Kernel interfaces whose Rust
+//! abstractions differ between the supported kernels (module parameters,
+//! debugfs, scatterlists, PCI) live in the C glue `helpers.c`, behind `ffi`.
 
 use kernel::prelude::*;
 
+mod client;
 mod ffi;
 mod params;
 mod range;
 mod stats;
+mod sync;
 
 // Only the keys that `module!` accepts on every supported kernel (6.12
 // wants `author:`, 7.x `authors: [..]`): author, version and parameters
@@ -32,7 +40,9 @@ module! {
 }
 
 struct PeerMem {
-    _debugfs: Option<ffi::Debugfs>,
+    core: Option<ffi::CoreClient>,
+    debugfs: Option<ffi::Debugfs>,
+    name: &'static str,
 }
 
 impl kernel::Module for PeerMem {
@@ -48,18 +58,52 @@ impl kernel::Module for PeerMem {
                 None
             }
         };
+        client::set_invalidating(params.enable_invalidate);
+        let core = match ffi::CoreClient::register(params.peer_name, params.enable_invalidate) {
+            Ok(c) => c,
+            Err(e) => {
+                pr_err!(
+                    "the peer-memory core refused to register client {} (see its messages above; a client of that name may be loaded already, e.g. nvidia-peermem as nv_mem): load peermem with another peer_name= or unload the other client\n",
+                    params.peer_name
+                );
+                return Err(e);
+            }
+        };
         pr_info!(
-            "version {} loaded (peer_name={}, enable_invalidate={}); not registered with a peer-memory core yet\n",
+            "version {} loaded, registered as peer-memory client {} ({})\n",
             ffi::VERSION,
             params.peer_name,
-            params.enable_invalidate
+            if params.enable_invalidate {
+                "invalidating: freed GPU memory is revoked from RDMA"
+            } else {
+                "not invalidating: persistent pins, freed GPU memory stays until deregistration"
+            }
         );
-        Ok(Self { _debugfs: debugfs })
+        Ok(Self {
+            core: Some(core),
+            debugfs,
+            name: params.peer_name,
+        })
     }
 }
 
 impl Drop for PeerMem {
     fn drop(&mut self) {
-        pr_info!("unloaded\n");
+        let live = stats::STATS
+            .registrations_acquired
+            .get()
+            .wrapping_sub(stats::STATS.registrations_released.get());
+        if live != 0 {
+            pr_info!(
+                "unloading: waiting until the {} registration(s) on GPU memory are deregistered (ibv_dereg_mr or process exit)\n",
+                live
+            );
+        }
+        // Sleeps until the core released every registration.
+        drop(self.core.take());
+        // A GPU free callback may still be finishing on another CPU.
+        ffi::wait_for_objects();
+        drop(self.debugfs.take());
+        pr_info!("unregistered {} and unloaded\n", self.name);
     }
 }

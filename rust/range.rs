@@ -7,8 +7,8 @@
 //! Pure functions on integers, no kernel calls: everything here is covered
 //! by KUnit tests at the bottom of the file.
 
-// Until the client paths use them, the functions here are only used by
-// the tests, which are compiled only on kernels with Rust KUnit support.
+// A few accessors are only used by the tests, which are compiled only on
+// kernels with Rust KUnit support.
 #![cfg_attr(not(peermem_kunit), allow(dead_code))]
 
 use kernel::error::{code, Error};

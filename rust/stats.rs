@@ -25,13 +25,11 @@ impl Counter {
     }
 
     /// Adds `n` events (wrapping at `u64::MAX`, which no real count reaches).
-    #[cfg_attr(not(peermem_kunit), allow(dead_code))] // used by the client paths
     pub(crate) fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Adds one event.
-    #[cfg_attr(not(peermem_kunit), allow(dead_code))] // used by the client paths
     pub(crate) fn inc(&self) {
         self.add(1);
     }
@@ -80,11 +78,18 @@ macro_rules! define_stats {
 }
 
 define_stats! {
-    /// Ranges claimed in `acquire` (the range is GPU memory peermem serves).
+    /// Ranges claimed in `acquire` (GPU memory, pinned for the registration).
     registrations_acquired,
-    /// Claimed ranges given back in `release`.
+    /// Ranges `acquire` declined: not GPU memory (or not pinnable); nothing held.
+    registrations_declined,
+    /// Claimed ranges given back in `release`. Live: acquired - released.
     registrations_released,
-    /// GPU pages (64 KiB) pinned through `nvidia_p2p_get_pages`.
+    /// Page tables pinned through `nvidia_p2p_get_pages*` (one per registration).
+    page_tables_pinned,
+    /// Page tables given back: put, or taken by the GPU driver's free callback.
+    /// Live pins: pinned - unpinned.
+    page_tables_unpinned,
+    /// GPU pages (64 KiB) pinned.
     pages_pinned,
     /// GPU pages unpinned, by `put_pages` or because the GPU memory was freed.
     pages_unpinned,
@@ -94,7 +99,7 @@ define_stats! {
     bytes_unpinned,
     /// Successful `dma_map` calls.
     dma_maps,
-    /// `dma_unmap` calls, and mappings torn down by an invalidation.
+    /// Mappings undone: by `dma_unmap`, or by the free callback. Live: dma_maps - dma_unmaps.
     dma_unmaps,
     /// Scatter-list entries before coalescing: one per GPU page mapped.
     sg_entries_uncoalesced,
@@ -106,6 +111,10 @@ define_stats! {
     invalidations_gpu_free,
     /// Invalidations sent to the core because the process address space changed (MMU notifier).
     invalidations_mmu_notifier,
+    /// Registration objects created (in `acquire`).
+    objects_created,
+    /// Registration objects freed (last reference gone). Live: created - freed.
+    objects_freed,
     /// Calls that failed, for any reason (each failure also logs why).
     errors,
 }

@@ -1,0 +1,644 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The peer-memory client: what peermem does for each callback of the core
+//! and for the GPU driver's free callback. Safe Rust; the raw side is in
+//! `ffi`.
+//!
+//! # One registration
+//!
+//! Each range the core offers and peermem claims is one [`Registration`],
+//! reference counted (`Arc`). References: the core's `client_context`
+//! (from `acquire` to `release`), and, for a non-persistent pin, the free
+//! callback's `data` (from the pin until the callback ran, or until
+//! `nvidia_p2p_put_pages` succeeded before any callback).
+//!
+//! Its state ([`Phase`]) lives under its own lock:
+//!
+//! ```text
+//!  acquire: New --pin--> Pinned --get_pages (ticket)--> Pinned --dma_map--> Mapped
+//!                                                         ^                  |
+//!                                                         +----dma_unmap-----+
+//!  put_pages/release:  Pinned --> Unpinning --put returned--> Unpinned
+//!                                     |            (refused) --> PutRefused --free callback--> (same)
+//!                                     | free callback meanwhile: noted, then --> Freed
+//!  free callback:  Pinned | Mapped --> Freed   (then: invalidate, free the DMA mapping)
+//! ```
+//!
+//! # Locking
+//!
+//! The registration lock is held across `nvidia_p2p_get_pages` (in
+//! `acquire`: an early free callback waits until the object is complete)
+//! and across `nvidia_p2p_dma_map_pages`/`_dma_unmap_pages` (so the page
+//! table cannot be freed under them). It is never held while calling the
+//! core's invalidate (the core waits there for the umem's mapping lock,
+//! held across `get_pages`/`dma_map`, which take this lock) nor across
+//! `nvidia_p2p_put_pages` (the GPU driver may call the free callback, which
+//! takes this lock, with a driver lock held that `put_pages` needs). See
+//! `docs/module.md`.
+
+use crate::ffi::{self, DmaDevice, DmaMapping, ObjectCount, PageTable, SgTable, SgView};
+use crate::range::{coalesce, count_segments, GpuRange, SegmentLimits, GPU_PAGE_SIZE};
+use crate::stats::STATS;
+use crate::sync::{new_lock, Lock};
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+/// Whether peermem runs as an invalidating client (set once at load).
+static INVALIDATING: AtomicBool = AtomicBool::new(true);
+
+/// Sets the mode, before registering with the core.
+pub(crate) fn set_invalidating(on: bool) {
+    INVALIDATING.store(on, Ordering::Release);
+}
+
+/// How a mapped registration is mapped.
+enum Mapping {
+    /// CPU-addressed entries for a device without a DMA device (rxe).
+    Cpu,
+    /// A DMA mapping for a PCI device.
+    Pci(DmaMapping),
+}
+
+/// Where a registration is in its life (see the module documentation).
+enum Phase {
+    /// Being built by `acquire`, which holds the lock; or its pin failed.
+    New,
+    /// The GPU pages are pinned.
+    Pinned(PageTable),
+    /// Pinned and mapped for the core's device.
+    Mapped(PageTable, Mapping),
+    /// `put_pages`/`release` is giving the page table back, outside the
+    /// lock; `callback_ran`: a free callback ran meanwhile.
+    Unpinning { callback_ran: bool },
+    /// The GPU memory was freed: the free callback took the page table.
+    Freed,
+    /// The page table was given back (`nvidia_p2p_put_pages*`).
+    Unpinned,
+    /// `nvidia_p2p_put_pages` was refused: the driver is freeing the memory
+    /// (its free callback is pending) or keeps the pin until it does; its
+    /// free callback comes and only returns its reference.
+    PutRefused,
+}
+
+/// What the lock protects.
+struct Inner {
+    phase: Phase,
+    /// The core's `core_context` from `get_pages`: names the mapping when invalidating.
+    ticket: Option<u64>,
+    /// Our copy of the table `dma_map` filled. Freed by `dma_unmap`, or with
+    /// the registration: after an invalidation the core may still be
+    /// restoring entries it trimmed (a deregistration racing the free), and
+    /// only its `dma_unmap` or `release` says it is done with them.
+    sgt: Option<SgTable>,
+}
+
+/// One range claimed in `acquire`.
+///
+/// # Invariants
+///
+/// While `inner.phase` is `Pinned` or `Mapped`, the page table is pinned
+/// for `range.aligned_start()..range.aligned_end()`, and (non-persistent)
+/// the free callback holds a reference to this object.
+#[pin_data]
+pub(crate) struct Registration {
+    range: GpuRange,
+    _live: Live,
+    #[pin]
+    inner: Lock<Inner>,
+}
+
+/// Counts a registration object as alive, for the statistics and for
+/// module unload (which waits until none is left).
+struct Live(#[allow(dead_code)] ObjectCount);
+
+impl Live {
+    fn new() -> Self {
+        STATS.objects_created.inc();
+        Self(ObjectCount::new())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // Before the `ObjectCount` drops: unload may proceed after that.
+        STATS.objects_freed.inc();
+    }
+}
+
+/// Why a page table or a DMA mapping is not usable.
+fn check_page_table(pt: &PageTable, range: &GpuRange) -> core::result::Result<(), &'static str> {
+    if !ffi::p2p_version_compatible(pt.version(), ffi::P2P_PAGE_TABLE_VERSION) {
+        return Err("its version is incompatible with the one peermem is built for");
+    }
+    if pt.page_size_type() != ffi::P2P_PAGE_SIZE_64KB {
+        return Err("its pages are not 64 KiB");
+    }
+    if pt.entries() != range.page_count() {
+        return Err("its page count does not match the range");
+    }
+    if !pt.pages_present() {
+        return Err("it lacks page entries");
+    }
+    Ok(())
+}
+
+fn check_dma_mapping(m: &DmaMapping, pt: &PageTable) -> core::result::Result<(), &'static str> {
+    if !ffi::p2p_version_compatible(m.version(), ffi::P2P_DMA_MAPPING_VERSION) {
+        return Err("its version is incompatible with the one peermem is built for");
+    }
+    if m.page_size_type() != pt.page_size_type() {
+        return Err("its page size differs from the page table's");
+    }
+    if m.entries() != pt.entries() || m.addresses().count() != pt.entries() as usize {
+        return Err("its address count differs from the page table's");
+    }
+    Ok(())
+}
+
+fn count_unpinned(pages: u32) {
+    STATS.page_tables_unpinned.inc();
+    STATS.pages_unpinned.add(u64::from(pages));
+    STATS.bytes_unpinned.add(u64::from(pages) * GPU_PAGE_SIZE);
+}
+
+/// `acquire`: is `[addr, addr + size)` memory of the GPU driver? If so pin
+/// it (once, for the whole registration) and return the registration.
+pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
+    let Ok(range) = GpuRange::new(addr, size) else {
+        STATS.registrations_declined.inc();
+        return None;
+    };
+    let persistent = !INVALIDATING.load(Ordering::Acquire);
+    let reg = match Arc::pin_init(
+        pin_init!(Registration {
+            range,
+            _live: Live::new(),
+            inner <- new_lock!(Inner { phase: Phase::New, ticket: None, sgt: None }, "peermem_registration"),
+        }),
+        GFP_KERNEL,
+    ) {
+        Ok(reg) => reg,
+        Err(_) => {
+            STATS.errors.inc();
+            ffi::warn_ratelimited(c"out of memory in acquire; the registration falls back to the next peer-memory client");
+            return None;
+        }
+    };
+
+    // Held across the pin: a free callback arriving at once waits for a
+    // complete object.
+    let mut g = reg.inner.lock();
+    let callback = (!persistent).then(|| reg.clone());
+    let pt = match ffi::p2p_get_pages(range.aligned_start(), range.aligned_len(), callback) {
+        Ok(pt) => pt,
+        Err((e, _callback_ref)) => {
+            // Not GPU memory (EINVAL), or the driver could not pin it:
+            // either way not ours, nothing held.
+            STATS.registrations_declined.inc();
+            if e != EINVAL {
+                STATS.errors.inc();
+                ffi::warn_ratelimited(c"nvidia_p2p_get_pages failed with an error other than EINVAL; treating the range as not GPU memory");
+            }
+            return None;
+        }
+    };
+    STATS.page_tables_pinned.inc();
+    STATS.pages_pinned.add(u64::from(pt.entries()));
+    STATS
+        .bytes_pinned
+        .add(u64::from(pt.entries()) * GPU_PAGE_SIZE);
+    if let Err(why) = check_page_table(&pt, &range) {
+        STATS.errors.inc();
+        STATS.registrations_declined.inc();
+        pr_err!(
+            "the GPU driver's page table for {:#x}+{:#x} is unusable: {}; declining the range (update peermem or the driver)\n",
+            range.addr(),
+            range.len(),
+            why
+        );
+        g.phase = Phase::Pinned(pt);
+        drop(g);
+        reg.unpin();
+        return None;
+    }
+    // INVARIANT: pinned for the aligned range, the callback holds `callback`.
+    g.phase = Phase::Pinned(pt);
+    drop(g);
+    STATS.registrations_acquired.inc();
+    Some(reg)
+}
+
+/// `get_pages`: the pages were pinned in `acquire`; check the range and
+/// remember the core's ticket for invalidations.
+pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: u64) -> Result {
+    if addr != reg.range.addr() || size != reg.range.len() {
+        STATS.errors.inc();
+        pr_err!(
+            "get_pages for {:#x}+{:#x} on a registration acquired for {:#x}+{:#x}; refusing (a peer-memory core bug)\n",
+            addr,
+            size,
+            reg.range.addr(),
+            reg.range.len()
+        );
+        return Err(EINVAL);
+    }
+    let mut g = reg.inner.lock();
+    match g.phase {
+        Phase::Pinned(_) if g.ticket.is_none() => {
+            g.ticket = Some(ticket);
+            Ok(())
+        }
+        Phase::Freed => {
+            STATS.errors.inc();
+            ffi::warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
+            Err(EFAULT)
+        }
+        _ => {
+            STATS.errors.inc();
+            pr_err!(
+                "get_pages called twice or after put_pages; refusing (a peer-memory core bug)\n"
+            );
+            Err(EINVAL)
+        }
+    }
+}
+
+/// Segment limits for a PCI DMA device: its own (`dma_get_max_seg_size`,
+/// `dma_get_seg_boundary`), as `ib_umem_get` honours them for host memory.
+fn pci_limits(
+    max_seg_size: u32,
+    seg_boundary: u64,
+) -> core::result::Result<SegmentLimits, crate::range::CoalesceError> {
+    SegmentLimits::new(GPU_PAGE_SIZE, max_seg_size, seg_boundary)
+}
+
+/// Segment limits for CPU-addressed entries: an entry's length is a `u32`.
+fn cpu_limits() -> core::result::Result<SegmentLimits, crate::range::CoalesceError> {
+    SegmentLimits::new(GPU_PAGE_SIZE, u32::MAX, u64::MAX)
+}
+
+/// The entries for the DMA addresses of `m`: contiguous pages coalesced
+/// within the device's segment limits.
+fn map_pci(m: &DmaMapping, max_seg_size: u32, seg_boundary: u64) -> Result<SgTable> {
+    let limits = match pci_limits(max_seg_size, seg_boundary) {
+        Ok(l) => l,
+        Err(_) => {
+            pr_err!(
+                "the DMA device's segment limits (max {:#x} bytes, boundary mask {:#x}) cannot hold a 64 KiB GPU page; refusing the mapping\n",
+                max_seg_size,
+                seg_boundary
+            );
+            return Err(EINVAL);
+        }
+    };
+    let n = count_segments(m.addresses(), &limits).map_err(|_| {
+        pr_err!("the GPU driver's DMA addresses are not 64 KiB aligned; refusing the mapping\n");
+        EINVAL
+    })?;
+    let mut sgt = SgTable::new(n as u32)?;
+    let mut cur = sgt.cursor();
+    for seg in coalesce(m.addresses(), limits) {
+        cur.set_dma(seg.addr, seg.len)?;
+    }
+    Ok(sgt)
+}
+
+/// The CPU-addressed entries of `pt` for a device without a DMA device:
+/// physically contiguous pages coalesced. `EOPNOTSUPP` if the GPU pages
+/// are not RAM with struct pages (a real discrete GPU's are not).
+fn map_cpu(pt: &PageTable) -> Result<SgTable> {
+    if !pt.phys_addrs().all(|p| ffi::phys_is_ram(p, GPU_PAGE_SIZE)) {
+        ffi::warn_ratelimited(c"this RDMA device reads memory with the CPU (no DMA device, e.g. rxe or siw) and this GPU memory has no CPU-addressable pages; registration fails with EOPNOTSUPP. Use a hardware RDMA adapter");
+        return Err(ffi::eopnotsupp());
+    }
+    let limits = cpu_limits()?;
+    let n = count_segments(pt.phys_addrs(), &limits)?;
+    let mut sgt = SgTable::new(n as u32)?;
+    let mut cur = sgt.cursor();
+    for seg in coalesce(pt.phys_addrs(), limits) {
+        cur.set_ram(seg.addr, seg.len)?;
+    }
+    Ok(sgt)
+}
+
+/// `dma_map`: map the pinned pages for `dev` and return the table for the core.
+pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView> {
+    let mut g = reg.inner.lock();
+    let pt = match core::mem::replace(&mut g.phase, Phase::New) {
+        Phase::Pinned(pt) if g.ticket.is_some() => pt,
+        other => {
+            let freed = matches!(other, Phase::Freed);
+            g.phase = other;
+            STATS.errors.inc();
+            if freed {
+                ffi::warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
+                return Err(EFAULT);
+            }
+            pr_err!("dma_map without get_pages, or twice; refusing (a peer-memory core bug)\n");
+            return Err(EINVAL);
+        }
+    };
+    let mapped = match dev {
+        DmaDevice::Cpu => map_cpu(&pt).map(|sgt| (sgt, Mapping::Cpu)),
+        DmaDevice::Pci {
+            pdev,
+            max_seg_size,
+            seg_boundary,
+        } => match DmaMapping::map(pdev, &pt) {
+            Err(e) => {
+                ffi::warn_ratelimited(c"nvidia_p2p_dma_map_pages failed; the registration fails with its error");
+                Err(e)
+            }
+            Ok(m) => {
+                let checked = check_dma_mapping(&m, &pt).map_err(|why| {
+                    pr_err!(
+                        "the GPU driver's DMA mapping is unusable: {}; refusing it\n",
+                        why
+                    );
+                    EINVAL
+                });
+                match checked.and_then(|()| map_pci(&m, *max_seg_size, *seg_boundary)) {
+                    Ok(sgt) => Ok((sgt, Mapping::Pci(m))),
+                    Err(e) => {
+                        if let Err(ue) = m.unmap(&pt) {
+                            pr_err!("nvidia_p2p_dma_unmap_pages failed ({}) undoing a refused mapping\n", ue.to_errno());
+                        }
+                        Err(e)
+                    }
+                }
+            }
+        },
+        DmaDevice::Other(dev) => {
+            dev.report();
+            Err(EINVAL)
+        }
+    };
+    match mapped {
+        Ok((sgt, mapping)) => {
+            STATS.dma_maps.inc();
+            STATS.sg_entries_uncoalesced.add(u64::from(pt.entries()));
+            STATS.sg_entries_coalesced.add(u64::from(sgt.nents()));
+            let view = sgt.view();
+            g.sgt = Some(sgt);
+            g.phase = Phase::Mapped(pt, mapping);
+            Ok(view)
+        }
+        Err(e) => {
+            STATS.errors.inc();
+            g.phase = Phase::Pinned(pt);
+            Err(e)
+        }
+    }
+}
+
+/// Undoes a mapping (registration lock held by the caller); the page table stays pinned.
+fn unmap_locked(pt: &PageTable, mapping: Mapping) {
+    if let Mapping::Pci(m) = mapping {
+        if let Err(e) = m.unmap(pt) {
+            STATS.errors.inc();
+            pr_err!("nvidia_p2p_dma_unmap_pages failed ({})\n", e.to_errno());
+        }
+    }
+    STATS.dma_unmaps.inc();
+}
+
+/// `dma_unmap`: undo `dma_map` (if the free callback did not already) and
+/// free our table. `sgl` identifies the table the core hands back.
+pub(crate) fn dma_unmap(reg: &Registration, sgl: usize) {
+    let mut g = reg.inner.lock();
+    match core::mem::replace(&mut g.phase, Phase::New) {
+        Phase::Mapped(pt, mapping) => {
+            unmap_locked(&pt, mapping);
+            g.phase = Phase::Pinned(pt);
+        }
+        // Freed: the free callback gave the mapping back already.
+        other => g.phase = other,
+    }
+    if let Some(sgt) = g.sgt.take() {
+        if sgl != 0 && sgl != sgt.sgl_addr() {
+            STATS.errors.inc();
+            pr_err!("dma_unmap got a table peermem did not fill; freeing peermem's own\n");
+        }
+    }
+}
+
+/// `put_pages`: unpin (unless the GPU memory was freed meanwhile).
+pub(crate) fn put_pages(reg: &Registration) {
+    reg.unpin();
+}
+
+/// `get_page_size`.
+pub(crate) fn page_size(_reg: &Registration) -> u64 {
+    // Every page table peermem keeps has 64 KiB pages (`check_page_table`).
+    GPU_PAGE_SIZE
+}
+
+/// `release`: the core is done with the registration; `reg` is its reference.
+pub(crate) fn release(reg: Arc<Registration>) {
+    // Pinned still if the core gave up before get_pages or after it failed.
+    reg.unpin();
+    STATS.registrations_released.inc();
+}
+
+/// The GPU driver's free callback: the memory behind `reg` is being freed.
+/// `reg` is the callback's own reference.
+pub(crate) fn gpu_freed(reg: Arc<Registration>) {
+    STATS.free_callbacks.inc();
+    let (ticket, mapping) = {
+        let mut g = reg.inner.lock();
+        match core::mem::replace(&mut g.phase, Phase::Freed) {
+            Phase::Pinned(pt) => {
+                count_unpinned(pt.entries());
+                pt.give_to_driver();
+                (g.ticket, None)
+            }
+            Phase::Mapped(pt, mapping) => {
+                count_unpinned(pt.entries());
+                pt.give_to_driver();
+                (g.ticket, Some(mapping))
+            }
+            Phase::Unpinning { .. } => {
+                // put_pages is giving the table back right now; it will see this.
+                g.phase = Phase::Unpinning { callback_ran: true };
+                (None, None)
+            }
+            // The put was refused; this is the callback it was waiting for.
+            Phase::PutRefused => (None, None),
+            other => {
+                // New cannot be seen (acquire holds the lock until Pinned,
+                // and a failed pin has no callback); Freed/Unpinned mean the
+                // driver called back for a table it has already.
+                g.phase = other;
+                STATS.errors.inc();
+                pr_err!("free callback for a page table peermem no longer holds; ignoring it (a GPU driver bug)\n");
+                (None, None)
+            }
+        }
+    };
+    // No lock held: the core waits for the umem's mapping lock, and with
+    // PEER_MEM_INVALIDATE_UNMAPS it never calls dma_unmap/put_pages for the
+    // mapping afterwards.
+    if let Some(ticket) = ticket {
+        if ffi::core_invalidate(ticket).is_some() {
+            STATS.invalidations_gpu_free.inc();
+        }
+    }
+    if let Some(mapping) = mapping {
+        if let Mapping::Pci(m) = mapping {
+            m.free_in_callback();
+        }
+        STATS.dma_unmaps.inc();
+    }
+    drop(reg);
+}
+
+impl Registration {
+    /// Gives the page table back to the driver if it is still pinned
+    /// (unmapping first if needed), outside the lock; settles who returns
+    /// the free callback's reference.
+    fn unpin(&self) {
+        let pt = {
+            let mut g = self.inner.lock();
+            match core::mem::replace(
+                &mut g.phase,
+                Phase::Unpinning {
+                    callback_ran: false,
+                },
+            ) {
+                Phase::Pinned(pt) => pt,
+                Phase::Mapped(pt, mapping) => {
+                    STATS.errors.inc();
+                    pr_err!("put_pages or release before dma_unmap; unmapping first (a peer-memory core bug)\n");
+                    unmap_locked(&pt, mapping);
+                    pt
+                }
+                other => {
+                    g.phase = other;
+                    return;
+                }
+            }
+        };
+        let pages = pt.entries();
+        let persistent = pt.is_persistent();
+        let (res, callback_ref) = pt.put();
+        let callback_ran = {
+            let mut g = self.inner.lock();
+            let ran = matches!(g.phase, Phase::Unpinning { callback_ran: true });
+            g.phase = match (ran, &res) {
+                (true, _) => Phase::Freed,
+                (false, Err(_)) if !persistent => Phase::PutRefused,
+                (false, _) => Phase::Unpinned,
+            };
+            ran
+        };
+        count_unpinned(pages);
+        match res {
+            Ok(()) if !callback_ran => {
+                // SAFETY: the put succeeded and no free callback had run
+                // when we looked (under the lock, after the put): by the
+                // driver's contract it will not run for this pin now.
+                drop(unsafe { callback_ref.reclaim() });
+            }
+            // The callback ran: it returned its reference itself.
+            Ok(()) => {}
+            Err(e) if !persistent => {
+                // The driver refuses a put while the memory is being freed:
+                // the free callback is pending and returns its reference.
+                // Any other refusal leaves the pin with the driver until the
+                // memory is freed, when the callback comes all the same.
+                if e != EINVAL {
+                    STATS.errors.inc();
+                    pr_warn!(
+                        "nvidia_p2p_put_pages failed ({}) for {:#x}+{:#x}; the GPU driver keeps the pages pinned until the memory is freed\n",
+                        e.to_errno(),
+                        self.range.aligned_start(),
+                        self.range.aligned_len()
+                    );
+                }
+            }
+            Err(e) => {
+                STATS.errors.inc();
+                pr_err!(
+                    "nvidia_p2p_put_pages_persistent failed ({}) for {:#x}+{:#x}; the GPU driver may keep the memory pinned\n",
+                    e.to_errno(),
+                    self.range.aligned_start(),
+                    self.range.aligned_len()
+                );
+            }
+        }
+    }
+}
+
+#[cfg(peermem_kunit)]
+#[::kernel::macros::kunit_tests(peermem_client)]
+mod tests {
+    use super::*;
+
+    const P: u64 = GPU_PAGE_SIZE;
+
+    /// Pages of an allocation made of `runs` physically contiguous runs of
+    /// `run_pages` pages each, runs far apart (what gpusim's contiguity knob makes).
+    fn alloc_pages(runs: u64, run_pages: u64) -> impl Iterator<Item = u64> + Clone {
+        (0..runs * run_pages)
+            .map(move |i| 0x1_0000_0000 * (1 + i / run_pages) + (i % run_pages) * P)
+    }
+
+    #[test]
+    fn cpu_entries_coalesce_contiguous_runs() -> Result {
+        let l = cpu_limits()?;
+        // 16 pages of 1 MiB (gpusim whole-allocation contiguity): one entry.
+        assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(1));
+        // 64 KiB contiguity: one entry per page, nothing to merge.
+        assert_eq!(count_segments(alloc_pages(16, 1), &l), Ok(16));
+        // 256 KiB runs: 4 entries of 4 pages.
+        assert_eq!(count_segments(alloc_pages(4, 4), &l), Ok(4));
+        let mut n = 0;
+        for s in coalesce(alloc_pages(4, 4), l) {
+            assert_eq!(u64::from(s.len), 4 * P);
+            assert_eq!(s.addr, 0x1_0000_0000 * (n + 1));
+            n += 1;
+        }
+        assert_eq!(n, 4);
+        Ok(())
+    }
+
+    #[test]
+    fn cpu_entry_length_fits_the_scatterlist() -> Result {
+        // 65536 contiguous pages (4 GiB): entries are at most 4 GiB - 64 KiB long.
+        let l = cpu_limits()?;
+        assert_eq!(count_segments((0..65536u64).map(|i| i * P), &l), Ok(2));
+        Ok(())
+    }
+
+    #[test]
+    fn pci_entries_honour_the_device_limits() -> Result {
+        // The PCI core's defaults (64 KiB segments, 4 GiB boundary): no merging.
+        let l = pci_limits(0x10000, 0xffff_ffff)?;
+        assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(16));
+        // An RDMA adapter that raised its limit (mlx5: 2 GiB): one entry.
+        let l = pci_limits(0x8000_0000, 0xffff_ffff)?;
+        assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(1));
+        // A run straddling the 4 GiB boundary splits there.
+        let pages = (0..8u64).map(|i| 0xffff_0000 - 2 * P + i * P);
+        assert_eq!(count_segments(pages, &l), Ok(2));
+        // Limits below one GPU page cannot map it.
+        assert!(pci_limits(0x8000, u64::MAX).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn p2p_versions_follow_nvidias_rule() {
+        let want = ffi::P2P_PAGE_TABLE_VERSION;
+        assert!(ffi::p2p_version_compatible(want, want));
+        // A newer minor is fine, an older one or another major is not.
+        assert!(ffi::p2p_version_compatible(want + 1, want));
+        assert!(!ffi::p2p_version_compatible(want - 1, want));
+        assert!(!ffi::p2p_version_compatible(want + 0x1_0000, want));
+        assert!(!ffi::p2p_version_compatible(want - 0x1_0000, want));
+        assert!(!ffi::p2p_version_compatible(0, want));
+        let dma = ffi::P2P_DMA_MAPPING_VERSION;
+        assert!(ffi::p2p_version_compatible(dma, dma));
+        assert!(!ffi::p2p_version_compatible(want, dma));
+    }
+}

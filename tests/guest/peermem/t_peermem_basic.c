@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * peermem with gpusim memory over rxe: registration with the core, host
+ * memory untouched, ibv_reg_mr on GPU memory, RDMA WRITE/READ through the
+ * CPU mapping, unaligned sub-ranges, one pin per registration, coalescing
+ * of contiguous pages, memory that is not the GPU's, failure injection,
+ * balanced counters after deregistration, unregistration at rmmod.
+ */
+#include "peermem_test.h"
+
+#define LEN (1024 * 1024UL)		/* 16 GPU pages */
+#define NPAGES (LEN / GPU_PAGE)
+
+int main(void)
+{
+	struct peer_stats s0, s1;
+	struct ibv_mr *hmr, *mr, *smr;
+	struct conn c;
+	struct gmem g;
+	uint8_t *h;
+	long long a0, d0, e0, u0, co0, pins0;
+	char buf[128], want[128];
+	int fd, rc, st;
+
+	rxe_up();
+	load_modules(NULL);
+	ok(1, "gpusim and peermem loaded");
+	ok(!strcmp(pm_name, "nv_mem"), "peermem registers as nv_mem by default (got %s)", pm_name);
+	snprintf(buf, sizeof(buf), "/sys/kernel/debug/peer_memory/%s/flags", pm_name);
+	read_line(buf, want, sizeof(want));
+	ok(!strcmp(want, "invalidate=1 invalidate_unmaps=1"),
+	   "the core sees an invalidating client with PEER_MEM_INVALIDATE_UNMAPS (%s)", want);
+	{
+		char v1[64], v2[64];
+
+		snprintf(buf, sizeof(buf), "/sys/kernel/mm/memory_peers/%s/version", pm_name);
+		ok(read_line(buf, v1, sizeof(v1)) == 0 &&
+		   read_line("/sys/module/peermem/version", v2, sizeof(v2)) == 0 &&
+		   !strcmp(v1, v2) && v1[0],
+		   "memory_peers/%s/version (what NCCL reads) is peermem's version %s", pm_name, v2);
+	}
+	ok(peer_stats(pm_name, &s0) == 0 && s0.alloc_mrs == 0 && pm("registrations_acquired") == 0 &&
+	   pm_idle(), "counters start at zero");
+
+	if (conn_open(&c))
+		bail("cannot set up an RC loopback on " RXE_DEV);
+	fd = open("/dev/gpusim", O_RDWR);
+	if (fd < 0)
+		bail("cannot open /dev/gpusim: %s", strerror(errno));
+	h = aligned_alloc(4096, 4 * LEN);
+	if (!h)
+		bail("out of memory");
+	memset(h, 0, 4 * LEN);
+
+	/* Host memory takes the normal pinning path: peermem is never asked. */
+	hmr = ibv_reg_mr(c.pd, h, 4 * LEN, MR_ACCESS);
+	ok(hmr && pm("registrations_acquired") == 0 && pm("registrations_declined") == 0,
+	   "ibv_reg_mr on host memory never reaches peermem");
+	if (!hmr)
+		bail("host MR failed: %s", strerror(errno));
+
+	/* GPU memory, 64 KiB physical contiguity (gpusim's default). */
+	if (gmem_alloc(fd, LEN, &g))
+		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+	fill(g.p, LEN, 0x1234);
+	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	ok(mr != NULL, "ibv_reg_mr on gpusim memory succeeds (errno %d)", mr ? 0 : errno);
+	if (!mr)
+		bail("the GPU MR failed; nothing else can work");
+	peer_stats(pm_name, &s1);
+	ok(s1.alloc_mrs == 1 && s1.reg_pages == (long long)(LEN / 4096) && s1.reg_bytes == (long long)LEN,
+	   "core counters: 1 MR, %lu pages, %lu bytes", LEN / 4096, LEN);
+	ok(pm("registrations_acquired") == 1 && pm_live_regs() == 1 && pm_live_pins() == 1 &&
+	   pm_live_maps() == 1 && pm("pages_pinned") == (long long)NPAGES,
+	   "peermem: one registration, one pin of %lu pages, one mapping", NPAGES);
+	ok(gs("live_pins") == 1 && gs("calls/get_pages") == 1,
+	   "one nvidia_p2p_get_pages for the whole registration (gpusim: %lld call(s), %lld pin(s))",
+	   gs("calls/get_pages"), gs("live_pins"));
+	ok(gs("live_dma_mappings") == 0 && gs("calls/dma_map_pages") == 0,
+	   "rxe (no DMA device) is served from CPU pages, without nvidia_p2p_dma_map_pages");
+	ok(pm("sg_entries_uncoalesced") == (long long)NPAGES && pm("sg_entries_coalesced") == (long long)NPAGES,
+	   "64 KiB contiguity: %lld entries for %lu pages (nothing to coalesce)",
+	   pm("sg_entries_coalesced"), NPAGES);
+
+	/* RDMA both ways, checked through the CPU mapping. */
+	rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, LEN, (uintptr_t)g.p, mr->rkey);
+	ok(rc == 0 && !memcmp(h, g.p, LEN), "RDMA READ of the whole GPU MR returns its bytes (status %d)", rc);
+	fill(h + LEN, 300000, 0x5678);
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h + LEN, 300000, (uintptr_t)g.p + 65536 - 1000, mr->rkey);
+	ok(rc == 0 && !memcmp(g.p + 65536 - 1000, h + LEN, 300000),
+	   "RDMA WRITE across GPU page boundaries lands in the CPU mapping (status %d)", rc);
+	fill(g.p + 500000, 200000, 0x9abc);
+	rc = rdma_op(&c, IBV_WR_RDMA_WRITE, mr, g.p + 500000, 200000, (uintptr_t)h + 2 * LEN, hmr->rkey);
+	ok(rc == 0 && !memcmp(h + 2 * LEN, g.p + 500000, 200000),
+	   "the GPU MR as local source of an RDMA WRITE (status %d)", rc);
+
+	/* An unaligned sub-range: pins only the GPU pages it touches. */
+	a0 = pm("pages_pinned");
+	smr = ibv_reg_mr(c.pd, g.p + 70000, 100000, MR_ACCESS);
+	ok(smr && pm("pages_pinned") - a0 == 2 && pm_live_pins() == 2,
+	   "MR on [+70000, +170000): its own pin of the 2 GPU pages it touches (%lld)",
+	   pm("pages_pinned") - a0);
+	if (smr) {
+		fill(h, 8000, 0x4444);
+		rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h, 5000, (uintptr_t)g.p + 70000, smr->rkey);
+		st = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h + 5000, 3000, (uintptr_t)g.p + 167000, smr->rkey);
+		ok(rc == 0 && st == 0 && !memcmp(g.p + 70000, h, 5000) && !memcmp(g.p + 167000, h + 5000, 3000),
+		   "RDMA WRITE at the first and last bytes of the sub-range");
+		rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h + LEN, 100000, (uintptr_t)g.p + 70000, smr->rkey);
+		ok(rc == 0 && !memcmp(h + LEN, g.p + 70000, 100000), "RDMA READ of the whole sub-range");
+		rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)g.p + 170000, smr->rkey);
+		ok(rc > 0, "RDMA READ past the sub-range's end fails (status %d)", rc);
+		if (conn_qps(&c))
+			bail("cannot recreate the QPs");
+		ok(ibv_dereg_mr(smr) == 0, "ibv_dereg_mr of the sub-range MR");
+	}
+	ok(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr of the GPU MR");
+	peer_stats(pm_name, &s1);
+	ok(peer_stats_balanced(&s1) && s1.alloc_mrs == 2 && s1.free_callbacks == 0,
+	   "core counters balanced after deregistration");
+	ok(pm_idle() && pm("registrations_released") == 2 && pm("objects_freed") == 2,
+	   "peermem: nothing registered, pinned or mapped; both objects freed");
+	ok(gs("live_pins") == 0 && gs("live_allocs") == 1, "gpusim: no pin left, the allocation stays");
+	ok(gmem_free(fd, &g) == 0 && gs("free_callbacks") == 0,
+	   "freeing the unregistered memory calls no free callback");
+	gmem_drop(&g);
+
+	/* Whole-allocation contiguity: one entry for all the pages. */
+	gs_knob("contig_bytes", "0");
+	if (gmem_alloc(fd, LEN, &g))
+		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+	u0 = pm("sg_entries_uncoalesced");
+	co0 = pm("sg_entries_coalesced");
+	fill(g.p, LEN, 0x7777);
+	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	ok(mr && pm("sg_entries_uncoalesced") - u0 == (long long)NPAGES &&
+	   pm("sg_entries_coalesced") - co0 == 1,
+	   "contig_bytes=0 (chunk %u KiB): %lu GPU pages coalesced into %lld entry",
+	   g.chunk / 1024, NPAGES, pm("sg_entries_coalesced") - co0);
+	rc = mr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, LEN, (uintptr_t)g.p, mr->rkey) : -1;
+	ok(rc == 0 && !memcmp(h, g.p, LEN), "RDMA READ through the coalesced entry (status %d)", rc);
+	fill(h, LEN, 0x7878);
+	rc = mr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h, LEN, (uintptr_t)g.p, mr->rkey) : -1;
+	ok(rc == 0 && !memcmp(h, g.p, LEN), "RDMA WRITE through the coalesced entry (status %d)", rc);
+	/* A sub-range of it: the core trims the one entry at both ends. */
+	smr = ibv_reg_mr(c.pd, g.p + 100000, 600000, MR_ACCESS);
+	rc = smr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, h + LEN, 600000, (uintptr_t)g.p + 100000, smr->rkey) : -1;
+	ok(rc == 0 && !memcmp(h + LEN, g.p + 100000, 600000) && pm("sg_entries_coalesced") - co0 == 2,
+	   "a sub-range of contiguous memory is one trimmed entry that reads right (status %d)", rc);
+	if (smr)
+		ibv_dereg_mr(smr);
+	if (mr)
+		ibv_dereg_mr(mr);
+	gmem_free(fd, &g);
+	gmem_drop(&g);
+
+	/* 256 KiB contiguity: 4 entries of 4 pages. */
+	gs_knob("contig_bytes", "262144");
+	if (gmem_alloc(fd, LEN, &g))
+		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+	co0 = pm("sg_entries_coalesced");
+	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	ok(mr && pm("sg_entries_coalesced") - co0 == 4,
+	   "contig_bytes=256 KiB: %lld entries for 4 physically contiguous runs",
+	   pm("sg_entries_coalesced") - co0);
+	fill(h, LEN, 0x2525);
+	rc = mr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h, LEN, (uintptr_t)g.p, mr->rkey) : -1;
+	ok(rc == 0 && !memcmp(h, g.p, LEN), "RDMA WRITE across the 4 runs (status %d)", rc);
+	if (mr)
+		ibv_dereg_mr(mr);
+	gs_knob("contig_bytes", "65536");
+
+	/* Memory that is neither pinnable nor the GPU's: declined, nothing held. */
+	{
+		void *hole = mmap(NULL, LEN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		munmap(hole, LEN);
+		d0 = pm("registrations_declined");
+		mr = ibv_reg_mr(c.pd, hole, LEN, MR_ACCESS);
+		rc = errno;
+		ok(!mr && rc == EFAULT && pm("registrations_declined") == d0 + 1 && pm_idle() &&
+		   gs("live_pins") == 0,
+		   "ibv_reg_mr on unmapped memory: peermem declines it (nothing held), EFAULT (errno %d)", rc);
+		if (mr)
+			ibv_dereg_mr(mr);
+	}
+
+	/* Failure injection: the pin in acquire fails. */
+	d0 = pm("registrations_declined");
+	e0 = pm("errors");
+	gs_knob("fail/get_pages", "1");
+	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	rc = errno;
+	ok(!mr && rc == EFAULT && pm("registrations_declined") == d0 + 1 && pm("errors") == e0 + 1,
+	   "fail/get_pages: ibv_reg_mr fails cleanly (errno %d: %s), counted as declined", rc, strerror(rc));
+	ok(pm_idle() && gs("live_pins") == 0, "fail/get_pages: nothing pinned or left over");
+	if (mr)
+		ibv_dereg_mr(mr);
+
+	/* rxe never asks for a DMA mapping: an armed dma_map failure stays armed. */
+	gs_knob("fail/dma_map_pages", "1");
+	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	ok(mr && read_ll(GSDBG "fail/dma_map_pages") == 1,
+	   "fail/dma_map_pages does not affect rxe registrations (served from CPU pages)");
+	if (mr)
+		ibv_dereg_mr(mr);
+	gs_knob("fail/dma_map_pages", "0");
+
+	/* put_pages refused: the pin stays with the driver until the memory is freed. */
+	pins0 = pm("page_tables_pinned");
+	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	gs_knob("fail/put_pages", "1");
+	ok(mr && ibv_dereg_mr(mr) == 0, "fail/put_pages: ibv_dereg_mr still succeeds");
+	ok(pm_live_regs() == 0 && pm_live_pins() == 0 && pm_live_objects() == 1 && gs("live_pins") == 1,
+	   "fail/put_pages: the registration is gone, the GPU driver keeps the refused pin (objects %lld, gpusim pins %lld)",
+	   pm_live_objects(), gs("live_pins"));
+	e0 = pm("free_callbacks");
+	ok(gmem_free(fd, &g) == 0 && pm("free_callbacks") == e0 + 1 && pm_idle() && gs("live_pins") == 0,
+	   "fail/put_pages: freeing the memory calls the callback, which lets go of the object");
+	ok(pm("page_tables_pinned") == pins0 + 1 && !dmesg_has("peermem: BUG|free callback for a page table peermem no longer holds"),
+	   "fail/put_pages: no complaint about the late callback");
+	gmem_drop(&g);
+
+	ibv_dereg_mr(hmr);
+	conn_close(&c);
+	close(fd);
+	ok(wait_for(all_idle, 10), "peermem and gpusim idle at the end");
+	if (!all_idle()) {
+		pm_diag();
+		gs_diag();
+	}
+	peer_stats(pm_name, &s1);
+	ok(peer_stats_balanced(&s1), "core counters balanced at the end");
+
+	rc = run("rmmod peermem");
+	snprintf(buf, sizeof(buf), "/sys/kernel/debug/peer_memory/%s", pm_name);
+	ok(rc == 0 && access(buf, F_OK) != 0 && access("/sys/kernel/debug/peermem", F_OK) != 0,
+	   "rmmod peermem unregisters it from the core");
+	ok(!dmesg_has("peermem: BUG"), "peermem reported no internal error");
+	return finish();
+}
