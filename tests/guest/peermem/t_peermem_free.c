@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * GPU memory freed under live registrations: the free ioctl (cudaFree) and
+ * process exit invalidate the MRs through the core (the next RDMA completes
+ * in error and never touches the memory, deregistration still works,
+ * nothing stays pinned); then a race loop with gpusim's delay_us freeing
+ * the memory while registrations are made and taken down.
+ */
+#include "peermem_test.h"
+
+#define LEN (512 * 1024UL)		/* 8 GPU pages */
+
+static struct conn c;
+static struct ibv_mr *hmr;
+static uint8_t *h;
+
+/* Wait until the core completed n more invalidations than in *s0. */
+static int wait_invalidated(const struct peer_stats *s0, long long n, struct peer_stats *s1)
+{
+	double end = now_s() + 20;
+
+	do {
+		peer_stats(pm_name, s1);
+		if (s1->invalidated_mrs >= s0->invalidated_mrs + n && peer_stats_balanced(s1))
+			return 1;
+		usleep(20000);
+	} while (now_s() < end);
+	return 0;
+}
+
+/* Child: registers GPU memory and exits holding it. gpusim_first: open /dev/gpusim before uverbs. */
+static int exit_child(int gpusim_first)
+{
+	struct ibv_mr *mr;
+	struct conn cc;
+	struct gmem g;
+	int fd = -1;
+
+	if (gpusim_first)
+		fd = open("/dev/gpusim", O_RDWR);
+	if (conn_open(&cc))
+		return 20;
+	if (!gpusim_first)
+		fd = open("/dev/gpusim", O_RDWR);
+	if (fd < 0 || gmem_alloc(fd, LEN, &g))
+		return 21;
+	fill(g.p, LEN, 0x5151);
+	mr = ibv_reg_mr(cc.pd, g.p, LEN, MR_ACCESS);
+	if (!mr)
+		return 22;
+	if (rdma_op(&cc, IBV_WR_RDMA_READ, mr, g.p, 4096, (uintptr_t)g.p + 8192, mr->rkey))
+		return 23;
+	return 0;	/* exit with the MR registered and the memory allocated */
+}
+
+struct race {
+	int fd;
+	struct gmem g;
+	useconds_t free_after;
+	int free_ret;
+};
+
+static void *race_free(void *arg)
+{
+	struct race *r = arg;
+
+	usleep(r->free_after);
+	r->free_ret = gmem_free(r->fd, &r->g);
+	return NULL;
+}
+
+int main(void)
+{
+	struct peer_stats s0, s1;
+	struct ibv_mr *mr, *mr2;
+	struct gmem g;
+	uint8_t *saved;
+	long long cb0, inv0, e0;
+	int fd, rc, st, i;
+	pid_t pid;
+
+	rxe_up();
+	load_modules(NULL);
+	ok(1, "gpusim and peermem loaded (client %s)", pm_name);
+	if (conn_open(&c))
+		bail("cannot set up an RC loopback on " RXE_DEV);
+	fd = open("/dev/gpusim", O_RDWR);
+	h = aligned_alloc(4096, 2 * LEN);
+	saved = malloc(LEN);
+	if (fd < 0 || !h || !saved)
+		bail("cannot open /dev/gpusim or allocate host memory");
+	memset(h, 0, 2 * LEN);
+	hmr = ibv_reg_mr(c.pd, h, 2 * LEN, MR_ACCESS);
+	if (!hmr)
+		bail("host MR failed: %s", strerror(errno));
+
+	/* --- GPUSIM_IOC_FREE while two MRs (whole, and a sub-range) are live. */
+	for (int contig = 0; contig < 2; contig++) {
+		gs_knob("contig_bytes", contig ? "0" : "65536");
+		if (gmem_alloc(fd, LEN, &g))
+			bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+		fill(g.p, LEN, 0x8888 + contig);
+		memcpy(saved, g.p, LEN);
+		mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+		mr2 = ibv_reg_mr(c.pd, g.p + 100000, 200000, MR_ACCESS);
+		rc = mr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 8192, (uintptr_t)g.p + 8192, mr->rkey) : -1;
+		ok(mr && mr2 && rc == 0 && !memcmp(h, saved + 8192, 8192),
+		   "[contig %s] two GPU MRs work before the free", contig ? "whole" : "64K");
+		peer_stats(pm_name, &s0);
+		cb0 = pm("free_callbacks");
+		inv0 = pm("invalidations_gpu_free");
+		ok(gmem_free(fd, &g) == 0, "[contig %s] GPUSIM_IOC_FREE returns", contig ? "whole" : "64K");
+		ok(pm("free_callbacks") == cb0 + 2 && pm("invalidations_gpu_free") == inv0 + 2,
+		   "[contig %s] one free callback per registration, each invalidated through the core",
+		   contig ? "whole" : "64K");
+		ok(wait_invalidated(&s0, 2, &s1) && s1.free_callbacks == s0.free_callbacks + 2,
+		   "[contig %s] the core revoked both MRs (num_invalidated_mrs +%lld)",
+		   contig ? "whole" : "64K", s1.invalidated_mrs - s0.invalidated_mrs);
+		ok(pm_live_pins() == 0 && pm_live_maps() == 0 && gs("live_pins") == 0 &&
+		   gs("live_dma_mappings") == 0 && gs("live_allocs") == 0,
+		   "[contig %s] nothing pinned or mapped right after the free (gpusim pins %lld)",
+		   contig ? "whole" : "64K", gs("live_pins"));
+		ok(pm_live_regs() == 2 && pm_live_objects() == 2,
+		   "[contig %s] the two registrations exist until deregistered", contig ? "whole" : "64K");
+		fill(h, 8192, 0x9999);
+		rc = mr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h, 8192, (uintptr_t)g.p, mr->rkey) : -1;
+		ok(rc > 0 && !memcmp(g.p, saved, LEN),
+		   "[contig %s] RDMA WRITE to the freed memory completes in error (%s) and never reaches it",
+		   contig ? "whole" : "64K", rc > 0 ? ibv_wc_status_str(rc) : "no error");
+		if (conn_qps(&c))
+			bail("cannot recreate the QPs");
+		rc = mr2 ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 8192, (uintptr_t)g.p + 100000, mr2->rkey) : -1;
+		ok(rc > 0, "[contig %s] RDMA READ from the freed sub-range completes in error (%s)",
+		   contig ? "whole" : "64K", rc > 0 ? ibv_wc_status_str(rc) : "no error");
+		if (conn_qps(&c))
+			bail("cannot recreate the QPs");
+		rc = mr ? rdma_op(&c, IBV_WR_RDMA_WRITE, mr, g.p, 4096, (uintptr_t)h, hmr->rkey) : -1;
+		ok(rc > 0, "[contig %s] the freed MR as local source completes in error (%s)",
+		   contig ? "whole" : "64K", rc > 0 ? ibv_wc_status_str(rc) : "no error");
+		if (conn_qps(&c))
+			bail("cannot recreate the QPs");
+		ok(mr && ibv_dereg_mr(mr) == 0 && mr2 && ibv_dereg_mr(mr2) == 0,
+		   "[contig %s] ibv_dereg_mr of both invalidated MRs succeeds", contig ? "whole" : "64K");
+		ok(pm_idle() && gs("live_pins") == 0,
+		   "[contig %s] peermem idle after deregistration", contig ? "whole" : "64K");
+		gmem_drop(&g);
+		ok(gs_idle(), "[contig %s] gpusim idle once the CPU mapping is gone", contig ? "whole" : "64K");
+	}
+	gs_knob("contig_bytes", "65536");
+
+	/* Registering freed memory is declined; the address means nothing now. */
+	if (gmem_alloc(fd, LEN, &g))
+		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+	gmem_free(fd, &g);
+	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	rc = errno;
+	ok(!mr && rc == EFAULT && pm_idle(), "ibv_reg_mr on freed GPU memory fails with EFAULT (errno %d)", rc);
+	if (mr)
+		ibv_dereg_mr(mr);
+	gmem_drop(&g);
+
+	/* --- Process exit with a live MR, both orders of teardown. */
+	for (i = 0; i < 2; i++) {
+		peer_stats(pm_name, &s0);
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0)
+			_exit(exit_child(i));
+		st = -1;
+		waitpid(pid, &st, 0);
+		ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		   "a child registers GPU memory (%s opened first) and exits holding it (status %d)",
+		   i ? "/dev/gpusim" : "uverbs", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		ok(wait_for(all_idle, 30), "process exit releases the MR, the pin and the memory");
+		peer_stats(pm_name, &s1);
+		ok(peer_stats_balanced(&s1) && s1.alloc_mrs == s0.alloc_mrs + 1,
+		   "core counters balanced after the exit");
+		diag("exit %d: %lld invalidation(s), %lld free callback(s)", i,
+		     s1.invalidated_mrs - s0.invalidated_mrs, s1.free_callbacks - s0.free_callbacks);
+		if (!all_idle()) {
+			pm_diag();
+			gs_diag();
+		}
+	}
+
+	/*
+	 * --- Races: gpusim sleeps delay_us at every entry point and before
+	 * each free callback, so a free started a little after a registration
+	 * lands in a different step each round (inside the pin of acquire,
+	 * between acquire and get_pages, before dma_map, with the MR live,
+	 * during deregistration).
+	 */
+	gs_knob("delay_us", "3000");
+	e0 = pm("errors");
+	{
+		int regs_ok = 0, regs_failed = 0, bad_errno = 0, rounds = 16;
+
+		for (i = 0; i < rounds; i++) {
+			struct race r = { .fd = fd, .free_after = (useconds_t)(i % 8) * 1500 };
+			pthread_t t;
+
+			if (gmem_alloc(fd, LEN, &r.g))
+				bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+			fill(r.g.p, LEN, 0x4000 + i);
+			pthread_create(&t, NULL, race_free, &r);
+			mr = ibv_reg_mr(c.pd, r.g.p, LEN, MR_ACCESS);
+			if (mr) {
+				regs_ok++;
+				if (i >= 8) {
+					/* Deregister right away, racing the free. */
+					ibv_dereg_mr(mr);
+					mr = NULL;
+				}
+			} else {
+				regs_failed++;
+				if (errno != EFAULT)
+					bad_errno++;
+			}
+			pthread_join(t, NULL);
+			if (mr) {
+				rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)r.g.p, mr->rkey);
+				if (rc == 0)
+					diag("round %d: RDMA READ after the free succeeded", i);
+				if (rc != 0 && conn_qps(&c))
+					bail("cannot recreate the QPs");
+				if (rc == 0)
+					bad_errno++;
+				ibv_dereg_mr(mr);
+			}
+			if (r.free_ret)
+				bad_errno++;
+			gmem_drop(&r.g);
+		}
+		diag("races: %d registrations succeeded, %d failed with EFAULT", regs_ok, regs_failed - bad_errno);
+		ok(bad_errno == 0, "%d rounds of free racing registration/deregistration: every registration succeeds or fails with EFAULT, no RDMA after a free succeeds",
+		   rounds);
+		ok(wait_for(all_idle, 30), "after the races nothing is registered, pinned, mapped or allocated");
+		if (!all_idle()) {
+			pm_diag();
+			gs_diag();
+		}
+		peer_stats(pm_name, &s1);
+		ok(peer_stats_balanced(&s1), "core counters balanced after the races");
+	}
+	gs_knob("delay_us", "0");
+	diag("errors counted during the races: %lld (freed memory, EFAULT)", pm("errors") - e0);
+
+	ibv_dereg_mr(hmr);
+	conn_close(&c);
+	close(fd);
+	ok(wait_for(all_idle, 10), "peermem and gpusim idle at the end");
+	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(!dmesg_has("peermem: BUG|no longer holds"), "peermem reported no internal error");
+	return finish();
+}
