@@ -268,11 +268,10 @@ impl CoreClient {
     /// Registers the client `name` with the core: an invalidating one with
     /// `PEER_MEM_INVALIDATE_UNMAPS` if `invalidate`, else a plain
     /// non-invalidating one. `EBUSY` if peermem is registered already,
-    /// `EINVAL` if the core refuses (it logs why), `ENAMETOOLONG` for a
-    /// name that does not fit.
+    /// `EINVAL` if the core refuses (it logs why) or the name does not fit.
     pub(crate) fn register(name: &str, invalidate: bool) -> Result<Self> {
         if name.len() >= PEER_NAME_CAPACITY {
-            return Err(code::ENAMETOOLONG);
+            return Err(code::EINVAL);
         }
         if REGISTERED.swap(true, Ordering::AcqRel) {
             return Err(code::EBUSY);
