@@ -49,6 +49,15 @@ mount -t proc -o nosuid,nodev,noexec proc /proc || fatal "cannot mount /proc"
 mount -t sysfs -o nosuid,nodev,noexec sysfs /sys || fatal "cannot mount /sys"
 # CONFIG_DEVTMPFS_MOUNT mounts /dev when the kernel mounts the root itself.
 [ -e /dev/null ] && [ -c /dev/kmsg ] || mount -t devtmpfs devtmpfs /dev || fatal "cannot mount /dev"
+# A checkout under /tmp, /run or /var/tmp (a CI clone, say) would vanish
+# under the guest's own tmpfs there: keep it aside on a bind mount and put it
+# back at the same path once those are mounted.
+repo=${0%/tests/vm/guest-init.sh}
+case "$repo" in
+/tmp/*|/run/*|/var/tmp/*)
+	mkdir -p /dev/.peermem-repo && mount --bind "$repo" /dev/.peermem-repo || fatal "cannot keep $repo aside" ;;
+*) repo= ;;
+esac
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp || fatal "cannot mount tmpfs on /tmp"
 mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run || fatal "cannot mount tmpfs on /run"
 mount -t debugfs -o nosuid,nodev,noexec debugfs /sys/kernel/debug || kmsg "warning: no debugfs"
@@ -68,6 +77,9 @@ mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /var/tmp
 mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
 mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
 [ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
+if [ -n "$repo" ]; then
+	mkdir -p "$repo" && mount --move /dev/.peermem-repo "$repo" || fatal "cannot put $repo back"
+fi
 
 echo peermem-vm > /proc/sys/kernel/hostname
 ip link set lo up
