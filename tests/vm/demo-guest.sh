@@ -56,22 +56,24 @@ grep -E '^(peermem|gpusim) ' /proc/modules | sed 's/^/  /'
 echo "kernel log:"
 dmesg | grep -E 'peermem|gpusim' | tail -n 6 | sed 's/^/  /'
 
+# The name peermem registers with the core (default nv_mem, what NCCL looks for).
+read -r name < /sys/module/peermem/parameters/peer_name 2>/dev/null || name=
 client=peermem
-if [ ! -d "$core/peermem" ]; then
+if [ -z "$name" ] || [ ! -d "$core/$name" ]; then
 	section "FALLBACK: peermem did not register with the peer-memory core"
-	echo "  There is no $core/peermem: this build of peermem loads but does not"
-	echo "  register as a peer-memory client yet, so it cannot serve GPU memory."
+	echo "  There is no $core/${name:-<peer_name>}: this build of peermem loads but does"
+	echo "  not register as a peer-memory client, so it cannot serve GPU memory."
 	echo "  To show the rest, the demo uses the REFERENCE C CLIENT (tests/refclient,"
 	echo "  source=gpusim) in its place. What follows is NOT peermem."
 	show insmod "$rko" name=refclient source=gpusim invalidate=1 unmaps=1 ||
 		fail "insmod peer_refclient.ko failed"
-	client=refclient
+	client=refclient name=refclient
 fi
 
-section "The peer-memory core's view of $client"
+section "The peer-memory core's view: client \"$name\""
 show ls "$core"
-echo "  version: $(cat "$core/$client/version" 2>&1)   flags: $(cat "$core/$client/flags" 2>&1)"
-echo "  OFED's sysfs (what NCCL looks at): $ofed/$client/version = $(cat "$ofed/$client/version" 2>&1)"
+echo "  version: $(cat "$core/$name/version" 2>&1)   flags: $(cat "$core/$name/flags" 2>&1)"
+echo "  OFED's sysfs, where NCCL looks for nv_mem: $ofed/$name/version = $(cat "$ofed/$name/version" 2>&1)"
 
 section "Soft-RoCE: rxe0 on a veth pair"
 if [ ! -e /sys/class/infiniband/rxe0 ]; then
@@ -90,14 +92,14 @@ demo_rc=${PIPESTATUS[0]}
 
 section "Counters afterwards"
 [ "$client" = peermem ] && counters /sys/kernel/debug/peermem
-counters "$core/$client"
-counters "$ofed/$client"
+counters "$core/$name"
+counters "$ofed/$name"
 
 section "Unload"
 [ "$client" = refclient ] && { show rmmod peer_refclient || fail "rmmod peer_refclient failed"; }
 show rmmod peermem || fail "rmmod peermem failed"
 show rmmod gpusim || fail "rmmod gpusim failed"
-[ -d "$core/$client" ] && fail "the core still lists $client after rmmod"
+[ -d "$core/$name" ] && fail "the core still lists $name after rmmod"
 echo "the core lists no client any more: $(ls "$core" | tr '\n' ' ')"
 echo "kernel log:"
 dmesg | grep -E 'peermem|gpusim|peer_refclient' | tail -n 4 | sed 's/^/  /'

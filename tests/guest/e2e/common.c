@@ -14,13 +14,17 @@
 #include "../../gpusim/gpusim_uapi.h"
 
 /*
- * peermem (the module under test, ./peermem.ko): links to gpusim's
- * nvidia_p2p_* directly. Its counters (docs: rust/stats.rs) are monotonic
- * pairs: one claimed range per MR, every GPU page of it pinned, one DMA
- * mapping (rxe: CPU pages, no IOMMU) per MR.
+ * peermem (the module under test, ./peermem.ko) with its defaults: core
+ * name nv_mem (the one NCCL looks for), invalidating. It links to gpusim's
+ * nvidia_p2p_* directly. Its counters (rust/stats.rs) are monotonic pairs:
+ * per MR one claimed range, one registration object, one page table
+ * pinned with every GPU page of the range, one DMA mapping (rxe: CPU
+ * pages, no IOMMU).
  */
 static const struct e2e_live peermem_live[] = {
 	{ "registrations_acquired", "registrations_released", 1, 0 },
+	{ "objects_created", "objects_freed", 1, 0 },
+	{ "page_tables_pinned", "page_tables_unpinned", 1, 0 },
 	{ "pages_pinned", "pages_unpinned", 0, 1 },
 	{ "bytes_pinned", "bytes_unpinned", 0, GPU_PAGE },
 	{ "dma_maps", "dma_unmaps", 1, 0 },
@@ -46,8 +50,8 @@ const struct e2e_client e2e_clients[] = {
 		.label = "peermem",
 		.ko = "peermem.ko",
 		.module = "peermem",
-		.args = "peer_name=peermem",
-		.core_name = "peermem",
+		.args = "",
+		.core_name = "nv_mem",
 		.dbg = "/sys/kernel/debug/peermem",
 		.live = peermem_live,
 	},

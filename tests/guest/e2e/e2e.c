@@ -180,6 +180,8 @@ static int gpusim_load(void)
 	return run("insmod %s", ko) ? -1 : 1;
 }
 
+static const char *args;
+
 static int client_load(void)
 {
 	char ko[600];
@@ -198,7 +200,7 @@ static int client_load(void)
 			run("rmmod %s", C->module);
 		}
 	}
-	return run("insmod %s %s", ko, C->args);
+	return run("insmod %s %s", ko, args);
 }
 
 static int core_has_client(void)
@@ -303,9 +305,11 @@ int e2e_run(const struct e2e_client *cl)
 	if (!cl)
 		bail("no such client in the adapter table (common.c)");
 	C = cl;
+	/* E2E_ARGS: other insmod arguments, e.g. to watch a configuration fail. */
+	args = getenv("E2E_ARGS") ? getenv("E2E_ARGS") : C->args;
 	find_root();
-	diag("end-to-end test with the %s client (%s %s), repository %s",
-	     C->label, C->ko, C->args, root);
+	diag("end-to-end test with the %s client (%s%s%s, core name %s), repository %s",
+	     C->label, C->ko, *args ? " " : "", args, C->core_name, root);
 	hbuf = aligned_alloc(4096, HOST_LEN);
 	saved = malloc(GPU_LEN);
 	expect = malloc(GPU_LEN);
@@ -322,7 +326,7 @@ int e2e_run(const struct e2e_client *cl)
 	gs_read(&gstart);
 
 	rc = client_load();
-	ok(rc == 0, "insmod %s %s", C->ko, C->args);
+	ok(rc == 0, "insmod %s%s%s", C->ko, *args ? " " : "", args);
 	if (rc) {
 		klog_diag();
 		goto unload_gpusim;
@@ -380,8 +384,8 @@ int e2e_run(const struct e2e_client *cl)
 	gs_read(&g0);
 	mr = ibv_reg_mr(c.pd, gb.p, GPU_LEN, ACC);
 	rc = mr ? 0 : errno;
-	ok(mr != NULL, "ibv_reg_mr on the GPU memory succeeds (%s)",
-	   mr ? "" : strerror(rc));
+	ok(mr != NULL, "ibv_reg_mr on the GPU memory succeeds%s%s",
+	   mr ? "" : ": ", mr ? "" : strerror(rc));
 	if (!mr) {
 		klog_diag();
 		state_diag();
@@ -513,8 +517,8 @@ int e2e_run(const struct e2e_client *cl)
 	cstats(&s0);
 	gs_read(&g0);
 	rc = gpu_free(&gb);
-	ok(rc == 0, "GPUSIM_IOC_FREE with both MRs still registered (what cudaFree does; %s)",
-	   strerror(-rc));
+	ok(rc == 0, "GPUSIM_IOC_FREE with both MRs still registered (what cudaFree does): %s",
+	   rc ? strerror(-rc) : "0");
 	done = WAIT_UNTIL(!cstats(&s1) && s1.invalidated_mrs >= s0.invalidated_mrs + 2 &&
 			  peer_stats_balanced(&s1) && read_ll(GSDBG "live_pins") == 0 &&
 			  read_ll(GSDBG "live_allocs") == 0, 20);
