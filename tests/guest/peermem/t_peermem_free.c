@@ -113,7 +113,8 @@ int main(void)
 		ok(pm("free_callbacks") == cb0 + 2 && pm("invalidations_gpu_free") == inv0 + 2,
 		   "[contig %s] one free callback per registration, each invalidated through the core",
 		   contig ? "whole" : "64K");
-		ok(wait_invalidated(&s0, 2, &s1) && s1.free_callbacks == s0.free_callbacks + 2,
+		rc = wait_invalidated(&s0, 2, &s1);
+		ok(rc && s1.free_callbacks == s0.free_callbacks + 2,
 		   "[contig %s] the core revoked both MRs (num_invalidated_mrs +%lld)",
 		   contig ? "whole" : "64K", s1.invalidated_mrs - s0.invalidated_mrs);
 		ok(pm_live_pins() == 0 && pm_live_maps() == 0 && gs("live_pins") == 0 &&

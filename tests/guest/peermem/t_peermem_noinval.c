@@ -52,12 +52,24 @@ int main(void)
 	peer_stats(pm_name, &s0);
 	ok(gmem_free(fd, &g) == 0 && pm("free_callbacks") == 0,
 	   "GPUSIM_IOC_FREE: no free callback for a persistent pin");
-	gmem_drop(&g);
-	ok(gs("live_allocs") == 0 && gs("live_persistent_pins") == 1 && gs("live_mem_bytes") == (long long)LEN,
-	   "the freed memory stays allocated while the MR pins it");
 	memset(h, 0, LEN);
 	rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, LEN, (uintptr_t)g.p, mr->rkey);
 	ok(rc == 0 && !memcmp(h, saved, LEN), "RDMA READ still returns the pinned bytes (status %d)", rc);
+	if (rc && conn_qps(&c))
+		bail("cannot recreate the QPs");
+	{
+		uint8_t *p = g.p;
+
+		gmem_drop(&g);
+		g.p = p;	/* the MR's address, no longer mapped */
+	}
+	ok(gs("live_allocs") == 0 && gs("live_persistent_pins") == 1 && gs("live_mem_bytes") == (long long)LEN,
+	   "freed and unmapped, the memory stays allocated while the MR pins it");
+	memset(h, 0, LEN);
+	rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, LEN, (uintptr_t)g.p, mr->rkey);
+	ok(rc == 0 && !memcmp(h, saved, LEN), "after munmap too, RDMA READ returns the pinned bytes (status %d)", rc);
+	if (rc && conn_qps(&c))
+		bail("cannot recreate the QPs");
 	peer_stats(pm_name, &s1);
 	ok(s1.invalidated_mrs == s0.invalidated_mrs && s1.alloc_mrs == s1.dealloc_mrs + 1,
 	   "the core saw no invalidation");
