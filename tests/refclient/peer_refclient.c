@@ -35,8 +35,11 @@
  * pages, so dma_map() for a device without a DMA device fails).
  *
  * debugfs peer_refclient/: live_allocs, live_mem_bytes (refmem memory not
- * yet freed), live_pins, live_maps (all 0 when nothing is in use), last_ticket, invalidate_ticket (write a ticket: the
- * client calls the core's invalidate with it), last_invalidate_ret,
+ * yet freed), live_pins, live_maps (all 0 when nothing is in use),
+ * last_ticket, invalidate_ticket (write a ticket: the client calls the
+ * core's invalidate with it), last_invalidate_ret, invalidate_done (how many
+ * of the client's calls of the core's invalidate have returned, with the
+ * client's own unmapping after them when unmaps=1),
  * race_invalidate (write 1: the next get_pages() starts an invalidation of
  * its mapping from a work item and waits 100 ms before returning, so the
  * invalidation reaches the core before the driver activated its notifier).
@@ -99,6 +102,7 @@ static atomic_t live_maps = ATOMIC_INIT(0);
 static atomic_long_t live_mem_bytes = ATOMIC_LONG_INIT(0);
 static u64 last_ticket = ~0ULL;
 static int last_invalidate_ret;
+static atomic_t invalidate_done = ATOMIC_INIT(0);	/* core invalidate calls returned */
 static atomic_t race_armed = ATOMIC_INIT(0);
 static struct workqueue_struct *ref_wq;
 
@@ -284,6 +288,7 @@ static void ref_invalidate_ctx(struct ref_ctx *c)
 	last_invalidate_ret = core_invalidate(reg_handle, c->ticket);
 	if (unmaps)
 		ref_ctx_unmap_put(c);
+	atomic_inc(&invalidate_done);
 }
 
 /* race_invalidate: invalidate a mapping while the core is still building it. */
@@ -795,6 +800,7 @@ static int ref_invalidate_set(void *data, u64 val)
 	mutex_unlock(&ref_lock);
 	if (!found) {
 		last_invalidate_ret = core_invalidate(reg_handle, val);
+		atomic_inc(&invalidate_done);
 		return 0;
 	}
 	ref_invalidate_ctx(found);
@@ -940,6 +946,8 @@ static int __init ref_init(void)
 				   &ref_last_ticket_fops);
 	debugfs_create_file_unsafe("last_invalidate_ret", 0444, dbg_dir, NULL,
 				   &ref_last_ret_fops);
+	debugfs_create_file_unsafe("invalidate_done", 0444, dbg_dir,
+				   &invalidate_done, &ref_atomic_fops);
 	debugfs_create_file_unsafe("invalidate_ticket", 0200, dbg_dir, NULL,
 				   &ref_invalidate_fops);
 	debugfs_create_file_unsafe("race_invalidate", 0200, dbg_dir, NULL,

@@ -7,6 +7,7 @@
 #ifndef REFCLIENT_SUITE_H
 #define REFCLIENT_SUITE_H
 
+#include <dirent.h>
 #include <linux/capability.h>
 #include <sys/ioctl.h>
 
@@ -37,6 +38,7 @@ static long long rc_live(const char *what)
 {
 	return read_ll(RDBG "%s", what);
 }
+
 
 /* The memory source has nothing allocated, pinned or mapped. */
 static int src_idle(void)
@@ -135,6 +137,38 @@ static int src_held(void)
 	       read_ll(GSDBG "live_persistent_pins") == 1;
 }
 
+/*
+ * Wait up to secs for the client's n-th call of the core's invalidate
+ * function to have returned (with, for unmaps=1, the client's own unmap
+ * after it) and, if freed, for the memory source to have let go of the
+ * memory. The client makes some of these calls from work items; once one
+ * has returned, the core's counters for it are final.
+ */
+static int wait_invalidations(long long n, int freed, double secs)
+{
+	double end = now_s() + secs;
+
+	for (;;) {
+		if (rc_live("invalidate_done") >= n && (!freed || src_freed()))
+			return 1;
+		if (now_s() >= end)
+			break;
+		usleep(20000);
+	}
+	diag("after %.0f s: %lld of %lld invalidate calls returned, memory %s",
+	     secs, rc_live("invalidate_done"), n,
+	     src_freed() ? "freed" : "not freed");
+	return 0;
+}
+
+static void stats_diag(const char *what, const struct peer_stats *s)
+{
+	diag("%s: alloc %lld dealloc %lld reg_pages %lld dereg_pages %lld reg_bytes %lld dereg_bytes %lld free_cb %lld invalidated %lld",
+	     what, s->alloc_mrs, s->dealloc_mrs, s->reg_pages, s->dereg_pages,
+	     s->reg_bytes, s->dereg_bytes, s->free_callbacks,
+	     s->invalidated_mrs);
+}
+
 static int load_client(const struct suite_cfg *cfg)
 {
 	const char *root = getenv("PEERMEM_ROOT") ?: ".";
@@ -225,6 +259,224 @@ static int exit_child(void)
 	return 0;	/* exit with the MR registered and the memory mapped */
 }
 
+/* ---- the core's dma_test hook (peer_memory/<client>/dma_test) ---- */
+
+#define DMA_TEST "/sys/kernel/debug/peer_memory/" CLIENT "/dma_test"
+
+struct dt_result {
+	long long ret, nmap, orig_nents, page_size, dma_bytes, pages;
+};
+
+/* Read the hook's line about its last run; -1 if it does not parse. */
+static int dt_read(struct dt_result *r)
+{
+	char line[256];
+	FILE *f = fopen(DMA_TEST, "r");
+	int n = 0;
+
+	memset(r, 0xff, sizeof(*r));
+	if (!f)
+		return -1;
+	if (fgets(line, sizeof(line), f))
+		n = sscanf(line, "ret=%lld nmap=%lld orig_nents=%lld page_size=%lld dma_bytes=%lld pages=%lld",
+			   &r->ret, &r->nmap, &r->orig_nents, &r->page_size,
+			   &r->dma_bytes, &r->pages);
+	fclose(f);
+	return n == 6 ? 0 : -1;
+}
+
+/* Write a request; returns 0 or -errno of the write, and reads the result. */
+static int dt_run(struct dt_result *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static int dt_run(struct dt_result *r, const char *fmt, ...)
+{
+	char req[256];
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	vsnprintf(req, sizeof(req), fmt, ap);
+	va_end(ap);
+	rc = write_str(DMA_TEST, req);
+	if (dt_read(r))
+		diag("cannot parse %s", DMA_TEST);
+	return rc;
+}
+
+static void dt_diag(const struct dt_result *r)
+{
+	diag("dma_test: ret=%lld nmap=%lld orig_nents=%lld page_size=%lld dma_bytes=%lld pages=%lld",
+	     r->ret, r->nmap, r->orig_nents, r->page_size, r->dma_bytes,
+	     r->pages);
+}
+
+/* A PCI device of the guest: a virtio one if there is one. */
+static int pci_device(char *name, size_t len)
+{
+	const char *dir = "/sys/bus/pci/devices";
+	char line[64], path[512];
+	struct dirent *d;
+	DIR *dp = opendir(dir);
+	int found = 0;
+
+	if (!dp)
+		return -1;
+	while ((d = readdir(dp))) {
+		FILE *f;
+
+		if (d->d_name[0] == '.')
+			continue;
+		if (!found) {
+			snprintf(name, len, "%s", d->d_name);
+			found = 1;
+		}
+		snprintf(path, sizeof(path), "%s/%s/vendor", dir, d->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(line, sizeof(line), f) && !strncmp(line, "0x1af4", 6)) {
+			snprintf(name, len, "%s", d->d_name);
+			fclose(f);
+			break;
+		}
+		fclose(f);
+	}
+	closedir(dp);
+	return found ? 0 : -1;
+}
+
+/* Nothing pinned or mapped by the client or in the memory source. */
+static int dt_idle(void)
+{
+	if (rc_live("live_pins") || rc_live("live_maps"))
+		return 0;
+	if (use_gpusim)
+		return read_ll(GSDBG "live_pins") == 0 &&
+		       read_ll(GSDBG "live_dma_mappings") == 0;
+	return 1;
+}
+
+/*
+ * The hook maps [p, p + len) through the client for a PCI device. refmem
+ * maps it with the DMA API (dma_map_sgtable), one entry per client page;
+ * the gpusim source serves only dma_device == NULL and refuses.
+ */
+static int dt_expect(const struct dt_result *r, int rc, uintptr_t a, size_t len)
+{
+	long long pages = ((a + len + 4095) / 4096) - a / 4096;
+	long long cpages = ((a + len + psize - 1) / psize) - a / psize;
+
+	if (r->pages != pages)
+		return 0;
+	if (use_gpusim)
+		return rc == -EOPNOTSUPP && r->ret == -EOPNOTSUPP &&
+		       r->nmap == 0 && r->page_size == 0 && r->dma_bytes == 0;
+	return rc == 0 && r->ret == 0 && r->nmap == cpages &&
+	       r->orig_nents == cpages && r->page_size == (long long)psize &&
+	       r->dma_bytes == pages * 4096;
+}
+
+static void dma_test_checks(const struct suite_cfg *cfg, uint8_t *p,
+			    uint8_t *hbuf)
+{
+	struct peer_stats s0, s1;
+	struct dt_result r;
+	struct stat stb;
+	char dev[256];
+	long pin0 = vm_pin_kb();
+	long long v;
+	uint8_t *gone;
+	int rc, st;
+
+	if (pci_device(dev, sizeof(dev)))
+		bail("no PCI device in /sys/bus/pci/devices for the dma_test hook");
+	peer_stats(CLIENT, &s0);
+	rc = dt_read(&r);
+	ok(stat(DMA_TEST, &stb) == 0 && (stb.st_mode & 0777) == 0600 &&
+	   rc == 0 && r.ret == -ENODATA,
+	   "core: %s exists, mode 0600, no run yet (ret=%lld)", DMA_TEST,
+	   r.ret);
+
+	rc = dt_run(&r, "%#lx %lu %s\n", (unsigned long)(uintptr_t)p, PEER_LEN,
+		    dev);
+	ok(dt_expect(&r, rc, (uintptr_t)p, PEER_LEN),
+	   "dma_test of the whole allocation for PCI device %s: %s (write %d)",
+	   dev, use_gpusim ? "dma_map fails with EOPNOTSUPP" :
+	   "mapped with the DMA API", rc);
+	dt_diag(&r);
+	ok(dt_idle(), "dma_test left nothing pinned or mapped");
+
+	rc = dt_run(&r, "%lu %d %s", (unsigned long)(uintptr_t)p + 70000,
+		    100000, dev);
+	ok(dt_expect(&r, rc, (uintptr_t)p + 70000, 100000) && dt_idle(),
+	   "dma_test of an unaligned sub-range (decimal address): trimmed to %lld PAGE_SIZE pages (write %d)",
+	   r.pages, rc);
+	if (!dt_expect(&r, rc, (uintptr_t)p + 70000, 100000))
+		dt_diag(&r);
+
+	rc = dt_run(&r, "%#lx %lu %s", (unsigned long)(uintptr_t)hbuf, 65536UL,
+		    dev);
+	ok(rc == -ENOENT && r.ret == -ENOENT,
+	   "dma_test of host memory the client does not own: ENOENT (write %d)",
+	   rc);
+	gone = mmap(NULL, 65536, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (gone != MAP_FAILED)
+		munmap(gone, 65536);
+	rc = dt_run(&r, "%#lx %lu %s", (unsigned long)(uintptr_t)gone, 65536UL,
+		    dev);
+	ok(gone != MAP_FAILED && rc == -ENOENT && r.ret == -ENOENT,
+	   "dma_test of an unmapped address: ENOENT (write %d)", rc);
+	rc = dt_run(&r, "%#lx %lu 0000:ff:1f.7", (unsigned long)(uintptr_t)p,
+		    PEER_LEN);
+	ok(rc == -ENODEV && r.ret == -ENODEV,
+	   "dma_test with an unknown PCI device: ENODEV (write %d)", rc);
+	rc = dt_run(&r, "%#lx 0 %s", (unsigned long)(uintptr_t)p, dev);
+	ok(rc == -EINVAL && r.ret == -EINVAL,
+	   "dma_test of zero bytes: EINVAL (write %d)", rc);
+	rc = dt_run(&r, "0xfffffffffffff000 0x2000 %s", dev);
+	ok(rc == -EINVAL && r.ret == -EINVAL,
+	   "dma_test of a range that wraps around: EINVAL (write %d)", rc);
+	rc = dt_run(&r, "%#lx %lu", (unsigned long)(uintptr_t)p, PEER_LEN);
+	st = dt_run(&r, "%#lx %lu %s extra", (unsigned long)(uintptr_t)p,
+		    PEER_LEN, dev);
+	v = dt_run(&r, "0xzz 4096 %s", dev);
+	ok(rc == -EINVAL && st == -EINVAL && v == -EINVAL && r.ret == -EINVAL,
+	   "dma_test with two or four words or a bad number: EINVAL (writes %d %d %lld)",
+	   rc, st, v);
+	ok(dt_idle() && vm_pin_kb() == pin0,
+	   "nothing pinned or mapped, VmPin unchanged (%ld KiB)", pin0);
+
+	if (cfg->invalidate) {
+		/*
+		 * An invalidation of the run's ticket while the hook holds the
+		 * mapping: it waits for the mapping lock, then finds the
+		 * mapping taken down and does nothing.
+		 */
+		v = rc_live("invalidate_done");
+		st = write_str(RDBG "race_invalidate", "1");
+		rc = dt_run(&r, "%#lx %lu %s", (unsigned long)(uintptr_t)p,
+			    PEER_LEN, dev);
+		ok(st == 0 && dt_expect(&r, rc, (uintptr_t)p, PEER_LEN),
+		   "dma_test with an invalidation of its ticket in flight (write %d)",
+		   rc);
+		st = wait_invalidations(v + 1, 0, 30);
+		peer_stats(CLIENT, &s1);
+		ok(st && s1.free_callbacks == s0.free_callbacks + 1 &&
+		   s1.invalidated_mrs == s0.invalidated_mrs && dt_idle(),
+		   "the invalidation waited and found nothing to invalidate; nothing left pinned or mapped");
+		if (!st || s1.free_callbacks != s0.free_callbacks + 1 ||
+		    s1.invalidated_mrs != s0.invalidated_mrs) {
+			stats_diag("before", &s0);
+			stats_diag("after", &s1);
+		}
+		s0.free_callbacks = s1.free_callbacks;
+	}
+	peer_stats(CLIENT, &s1);
+	ok(s1.alloc_mrs == s0.alloc_mrs && s1.dealloc_mrs == s0.dealloc_mrs &&
+	   s1.reg_pages == s0.reg_pages && s1.free_callbacks == s0.free_callbacks,
+	   "dma_test runs leave the MR statistics alone");
+}
+
 static int run_refclient_suite(const struct suite_cfg *cfg)
 {
 	struct peer_stats s0, s1;
@@ -298,6 +550,9 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	p = src_alloc(fd, PEER_LEN, &ph);
 	if (!p)
 		bail("cannot allocate peer memory: %s", strerror(errno));
+
+	dma_test_checks(cfg, p, hbuf);
+	peer_stats(CLIENT, &s0);	/* dma_test may have called invalidate */
 
 	if (!cfg->cpu_pages) {
 		pmr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
@@ -384,7 +639,7 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	ok(ibv_dereg_mr(pmr) == 0, "ibv_dereg_mr of the peer MR");
 	peer_stats(CLIENT, &s1);
 	ok(peer_stats_balanced(&s1) && s1.dealloc_mrs == 2 &&
-	   s1.free_callbacks == 0,
+	   s1.free_callbacks == s0.free_callbacks,
 	   "counters balanced after deregistration (no invalidation)");
 	ok(rc_live("live_pins") == 0 && rc_live("live_maps") == 0,
 	   "the core put every page back");
@@ -459,31 +714,23 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		fill(p, PEER_LEN, 0x6767);
 		memcpy(saved, p, PEER_LEN);
 		peer_stats(CLIENT, &s0);
+		v = rc_live("invalidate_done");
 		rc = write_str(RDBG "race_invalidate", "1");
 		pmr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
 		ok(rc == 0 && pmr != NULL,
 		   "registration succeeds with an invalidation of it in flight");
-		{
-			double end = now_s() + 20;
-
-			do {
-				peer_stats(CLIENT, &s1);
-				if (s1.invalidated_mrs > s0.invalidated_mrs &&
-				    peer_stats_balanced(&s1))
-					break;
-				usleep(50000);
-			} while (now_s() < end);
-		}
-		ok(s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
+		/* The client's work item returns from invalidate after the MR is live. */
+		st = wait_invalidations(v + 1, 0, 30);
+		peer_stats(CLIENT, &s1);
+		ok(st && s1.free_callbacks == s0.free_callbacks + 1 &&
+		   s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
 		   s1.alloc_mrs == s0.alloc_mrs + 1 && peer_stats_balanced(&s1),
 		   "the early invalidation was held until the MR was live, then revoked it");
-		if (s1.invalidated_mrs != s0.invalidated_mrs + 1 ||
+		if (!st || s1.free_callbacks != s0.free_callbacks + 1 ||
+		    s1.invalidated_mrs != s0.invalidated_mrs + 1 ||
 		    s1.alloc_mrs != s0.alloc_mrs + 1 || !peer_stats_balanced(&s1)) {
-			diag("before:");
-			diag("  alloc %lld dealloc %lld invalidated %lld free_cb %lld",
-			     s0.alloc_mrs, s0.dealloc_mrs, s0.invalidated_mrs,
-			     s0.free_callbacks);
-			peer_stats_diag(CLIENT);
+			stats_diag("before", &s0);
+			stats_diag("after", &s1);
 		}
 		fill(hbuf, 4096, 0x7878);
 		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 4096,
@@ -507,22 +754,27 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	ok(rc == 0 && !memcmp(hbuf, saved + 8192, 8192),
 	   "peer MR works before the free");
 	peer_stats(CLIENT, &s0);
+	v = rc_live("invalidate_done");
 	ok(src_free(fd, p, PEER_LEN, ph) == 0, "%s frees the peer memory",
 	   use_gpusim ? "GPUSIM_IOC_FREE" : "munmap");
 	if (cfg->invalidate) {
-		/* refmem invalidates from a work item after the munmap. */
-		double end = now_s() + 20;
-
-		do {
-			peer_stats(CLIENT, &s1);
-			if (s1.invalidated_mrs > s0.invalidated_mrs && src_freed())
-				break;
-			usleep(50000);
-		} while (now_s() < end);
-		ok(s1.free_callbacks == s0.free_callbacks + 1 &&
+		/*
+		 * refmem invalidates from a work item after the munmap: wait
+		 * until its invalidate call has returned and the memory is
+		 * gone, then the counters are final.
+		 */
+		st = wait_invalidations(v + 1, 1, 30);
+		peer_stats(CLIENT, &s1);
+		ok(st && s1.free_callbacks == s0.free_callbacks + 1 &&
 		   s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
 		   peer_stats_balanced(&s1),
 		   "the free invalidated the live MR through the core");
+		if (!st || s1.free_callbacks != s0.free_callbacks + 1 ||
+		    s1.invalidated_mrs != s0.invalidated_mrs + 1 ||
+		    !peer_stats_balanced(&s1)) {
+			stats_diag("before", &s0);
+			stats_diag("after", &s1);
+		}
 		ok(src_freed(), "the memory is gone right after the invalidation");
 		fill(hbuf, 8192, 0x9999);
 		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 8192,
