@@ -7,7 +7,8 @@
 # freed under the live MR (invalidation), ibv_dereg_mr(); shows the
 # counters of peermem and of the peer-memory core, and unloads everything.
 # If peermem does not register with the core, the GPU part runs with the
-# reference C client (tests/refclient) instead, and the output says so.
+# reference C client (tests/refclient) instead, and the output says so
+# (PEERMEM_DEMO_FALLBACK=1 forces that path, to check it).
 set -u
 root=$PEERMEM_ROOT
 ko=$root/peermem.ko
@@ -20,12 +21,13 @@ section() { printf '\n=== %s\n' "$*"; }
 fail() { printf 'demo: %s\n' "$*"; exit 1; }
 # show CMD...: print a command, then run it (indented output).
 show() { printf '$ %s\n' "$*"; "$@" 2>&1 | sed 's/^/  /'; return "${PIPESTATUS[0]}"; }
-# counters DIR: every readable file of DIR as name=value, a few a line.
+# counters DIR [GLOB]: every readable file of DIR (matching GLOB) as
+# name=value, a few a line.
 counters() {
 	local f v line= n=0
 	[ -d "$1" ] || { echo "  ($1: absent)"; return; }
 	echo "  $1:"
-	for f in "$1"/*; do
+	for f in "$1"/${2:-*}; do
 		[ -f "$f" ] && read -r v < "$f" 2>/dev/null || continue
 		line+="  ${f##*/}=$v"
 		if [ $((++n % 4)) = 0 ]; then echo "   $line"; line=; fi
@@ -54,15 +56,20 @@ show insmod "$gko" || fail "insmod gpusim.ko failed"
 show insmod "$ko" || fail "insmod peermem.ko failed"
 grep -E '^(peermem|gpusim) ' /proc/modules | sed 's/^/  /'
 echo "kernel log:"
-dmesg | grep -E 'peermem|gpusim' | tail -n 6 | sed 's/^/  /'
+dmesg | grep -E '(peermem|gpusim): ' | tail -n 6 | sed 's/^/  /'
 
 # The name peermem registers with the core (default nv_mem, what NCCL looks for).
 read -r name < /sys/module/peermem/parameters/peer_name 2>/dev/null || name=
 client=peermem
-if [ -z "$name" ] || [ ! -d "$core/$name" ]; then
+if [ -z "$name" ] || [ ! -d "$core/$name" ] || [ -n "${PEERMEM_DEMO_FALLBACK:-}" ]; then
 	section "FALLBACK: peermem did not register with the peer-memory core"
-	echo "  There is no $core/${name:-<peer_name>}: this build of peermem loads but does"
-	echo "  not register as a peer-memory client, so it cannot serve GPU memory."
+	if [ -n "${PEERMEM_DEMO_FALLBACK:-}" ]; then
+		echo "  (forced by PEERMEM_DEMO_FALLBACK: peermem is unloaded for it)"
+		show rmmod peermem || fail "rmmod peermem failed"
+	else
+		echo "  There is no $core/${name:-<peer_name>}: this build of peermem loads but does"
+		echo "  not register as a peer-memory client, so it cannot serve GPU memory."
+	fi
 	echo "  To show the rest, the demo uses the REFERENCE C CLIENT (tests/refclient,"
 	echo "  source=gpusim) in its place. What follows is NOT peermem."
 	show insmod "$rko" name=refclient source=gpusim invalidate=1 unmaps=1 ||
@@ -86,23 +93,37 @@ fi
 show rdma link show
 
 section "GPU memory over RDMA: $demo $client"
+# Physically contiguous GPU memory (one run), as a real GPU often hands out:
+# the client may then map its 64 KiB pages as few scatter-list entries.
+echo '$ echo 0 > /sys/kernel/debug/gpusim/contig_bytes'
+echo 0 > /sys/kernel/debug/gpusim/contig_bytes || fail "cannot set gpusim's contig_bytes"
 ulimit -l unlimited
 "$demo" "$client" 1024 | sed 's/^/  /'
 demo_rc=${PIPESTATUS[0]}
 
 section "Counters afterwards"
-[ "$client" = peermem ] && counters /sys/kernel/debug/peermem
-counters "$core/$name"
+if [ "$client" = peermem ]; then
+	counters /sys/kernel/debug/peermem
+	read -r un < /sys/kernel/debug/peermem/sg_entries_uncoalesced
+	read -r co < /sys/kernel/debug/peermem/sg_entries_coalesced
+	[ "$co" = 1 ] && e=entry || e=entries
+	echo "  (peermem mapped $un GPU pages of 64 KiB as $co scatter-list $e: contiguous pages coalesced)"
+fi
+counters "$core/$name" 'num_*'
 counters "$ofed/$name"
 
 section "Unload"
 [ "$client" = refclient ] && { show rmmod peer_refclient || fail "rmmod peer_refclient failed"; }
-show rmmod peermem || fail "rmmod peermem failed"
+[ -d /sys/module/peermem ] && { show rmmod peermem || fail "rmmod peermem failed"; }
 show rmmod gpusim || fail "rmmod gpusim failed"
 [ -d "$core/$name" ] && fail "the core still lists $name after rmmod"
-echo "the core lists no client any more: $(ls "$core" | tr '\n' ' ')"
+if [ -d "$core" ]; then
+	echo "the core still lists: $(ls "$core" | tr '\n' ' ')"
+else
+	echo "the core lists no client any more (no $core)"
+fi
 echo "kernel log:"
-dmesg | grep -E 'peermem|gpusim|peer_refclient' | tail -n 4 | sed 's/^/  /'
+dmesg | grep -E '(peermem|gpusim|peer_refclient): ' | tail -n 4 | sed 's/^/  /'
 
 section "Summary"
 if [ "$demo_rc" != 0 ]; then

@@ -55,18 +55,22 @@ static void say(int good, const char *fmt, ...)
 		bad++;
 }
 
-static int not_dot(const struct dirent *d)
+static const char *dir_prefix;
+
+static int wanted(const struct dirent *d)
 {
-	return d->d_name[0] != '.';
+	return d->d_name[0] != '.' &&
+	       (!dir_prefix || !strncmp(d->d_name, dir_prefix, strlen(dir_prefix)));
 }
 
-/* Every readable counter file of @dir, "name=value", a few a line. */
-static void show_dir(const char *label, const char *dir)
+/* The counter files of @dir (starting with @prefix, if set), "name=value". */
+static void show_dir(const char *label, const char *dir, const char *prefix)
 {
 	struct dirent **ents;
 	int n, i, col = 0;
 
-	n = scandir(dir, &ents, not_dot, alphasort);
+	dir_prefix = prefix;
+	n = scandir(dir, &ents, wanted, alphasort);
 	if (n < 0) {
 		printf("    %s %s: (absent)\n", label, dir);
 		return;
@@ -94,9 +98,9 @@ static void show_counters(void)
 	char d[300];
 
 	snprintf(d, sizeof(d), CORE_DBG "%s", C->core_name);
-	show_dir("core  ", d);
+	show_dir("core  ", d, "num_");
 	if (C->dbg)
-		show_dir("client", C->dbg);
+		show_dir("client", C->dbg, NULL);
 	printf("    gpusim: live_allocs=%lld live_pins=%lld live_vmas=%lld live_mem_bytes=%lld free_callbacks=%lld\n",
 	       read_ll(GSDBG "live_allocs"), read_ll(GSDBG "live_pins"),
 	       read_ll(GSDBG "live_vmas"), read_ll(GSDBG "live_mem_bytes"),
@@ -269,7 +273,6 @@ int main(int argc, char **argv)
 	    read_ll(GSDBG "live_allocs") == 0 && read_ll(GSDBG "live_mem_bytes") == 0,
 	    "every registration undone (num_alloc_mrs = num_dealloc_mrs = %lld), gpusim holds nothing",
 	    s1.dealloc_mrs);
-	show_counters();
 
 	printf("\npm_demo: %s\n", bad ? "SOMETHING UNEXPECTED HAPPENED (see UNEXPECTED above)" :
 	       "every step behaved as it must");
