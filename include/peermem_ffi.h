@@ -129,6 +129,15 @@ int peermem_debugfs_create(peermem_counter_read_t read);
 void peermem_debugfs_add_counter(const char *name, const void *counter);
 
 /*
+ * Add the root-only read-write file NAME (as above) showing and setting
+ * *value in decimal; value must stay valid until peermem_debugfs_remove().
+ */
+void peermem_debugfs_add_knob(const char *name, u32 *value);
+
+/* msleep(ms). */
+void peermem_msleep(unsigned int ms);
+
+/*
  * Remove the directory and its files. When it returns, no file read is
  * running or can start, so the counters and names may go away.
  */

@@ -37,6 +37,7 @@
 //! `docs/module.md`.
 
 use crate::ffi::{self, DmaDevice, DmaMapping, ObjectCount, PageTable, SgTable, SgView};
+use crate::inject;
 use crate::range::{coalesce, count_segments, GpuRange, SegmentLimits, GPU_PAGE_SIZE};
 use crate::stats::STATS;
 use crate::sync::{new_lock, Lock};
@@ -232,6 +233,7 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
 /// `get_pages`: the pages were pinned in `acquire`; check the range and
 /// remember the core's ticket for invalidations.
 pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: u64) -> Result {
+    inject::DELAY_GET_PAGES_MS.delay();
     if addr != reg.range.addr() || size != reg.range.len() {
         STATS.errors.inc();
         pr_err!(
@@ -324,6 +326,7 @@ fn map_cpu(pt: &PageTable) -> Result<SgTable> {
 
 /// `dma_map`: map the pinned pages for `dev` and return the table for the core.
 pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView> {
+    inject::DELAY_DMA_MAP_MS.delay();
     let mut g = reg.inner.lock();
     let pt = match core::mem::replace(&mut g.phase, Phase::New) {
         Phase::Pinned(pt) if g.ticket.is_some() => pt,
@@ -347,7 +350,9 @@ pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView>
             seg_boundary,
         } => match DmaMapping::map(pdev, &pt) {
             Err(e) => {
-                ffi::warn_ratelimited(c"nvidia_p2p_dma_map_pages failed; the registration fails with its error");
+                ffi::warn_ratelimited(
+                    c"nvidia_p2p_dma_map_pages failed; the registration fails with its error",
+                );
                 Err(e)
             }
             Ok(m) => {

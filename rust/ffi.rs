@@ -148,6 +148,16 @@ impl Debugfs {
                 )
             };
         });
+        crate::inject::for_each(|name, knob| {
+            // SAFETY: `name` is a `'static` C string and `knob` a `'static`
+            // `u32` (the knob's atomic), both outliving the directory.
+            unsafe {
+                raw::peermem_debugfs_add_knob(
+                    name.to_bytes_with_nul().as_ptr().cast(),
+                    knob.as_ptr(),
+                )
+            };
+        });
         // INVARIANT: the directory was created and `DEBUGFS_LIVE` is true.
         Ok(Self(()))
     }
@@ -174,7 +184,13 @@ unsafe extern "C" fn read_counter(counter: *const c_void) -> u64 {
 }
 
 // ---------------------------------------------------------------------------
-// Messages
+// Messages and sleeping
+
+/// Sleeps `ms` milliseconds (`msleep`).
+pub(crate) fn msleep(ms: u32) {
+    // SAFETY: FFI call without preconditions; callers are in process context.
+    unsafe { raw::peermem_msleep(ms) };
+}
 
 /// `pr_warn_ratelimited()` of `msg` (for messages a user can trigger in a loop).
 pub(crate) fn warn_ratelimited(msg: &CStr) {

@@ -11,6 +11,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/debugfs.h>
+#include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
 #include <linux/highmem.h>
@@ -193,6 +194,18 @@ void peermem_debugfs_add_counter(const char *name, const void *counter)
 	 */
 	debugfs_create_file_unsafe(name, 0444, peermem_dir, (void *)counter,
 				   &peermem_counter_fops);
+}
+
+void peermem_debugfs_add_knob(const char *name, u32 *value)
+{
+	if (!peermem_dir)
+		return;
+	debugfs_create_u32(name, 0600, peermem_dir, value);
+}
+
+void peermem_msleep(unsigned int ms)
+{
+	msleep(ms);
 }
 
 void peermem_debugfs_remove(void)

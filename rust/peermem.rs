@@ -16,14 +16,16 @@
 //! Layout: `ffi` is the only module with raw bindings and C calls;
 //! `client` is the client's logic, `range` the page arithmetic, `stats`
 //! the counters in `/sys/kernel/debug/peermem/`, `params` the module
-//! parameters, `sync` the lock type. Kernel interfaces whose Rust
-//! abstractions differ between the supported kernels (module parameters,
-//! debugfs, scatterlists, PCI) live in the C glue `helpers.c`, behind `ffi`.
+//! parameters, `sync` the lock type, `inject` the test delays. Kernel
+//! interfaces whose Rust abstractions differ between the supported kernels
+//! (module parameters, debugfs, scatterlists, PCI) live in the C glue
+//! `helpers.c`, behind `ffi`.
 
 use kernel::prelude::*;
 
 mod client;
 mod ffi;
+mod inject;
 mod params;
 mod range;
 mod stats;

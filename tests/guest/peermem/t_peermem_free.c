@@ -53,6 +53,13 @@ static int exit_child(int gpusim_first)
 	return 0;	/* exit with the MR registered and the memory allocated */
 }
 
+/* Idle, except for the CPU mapping of a freed allocation. */
+static int all_idle_but_vma(void)
+{
+	return pm_idle() && gs("live_allocs") == 0 && gs("live_pins") == 0 &&
+	       gs("live_dma_mappings") == 0;
+}
+
 struct race {
 	int fd;
 	struct gmem g;
@@ -160,6 +167,54 @@ int main(void)
 		ibv_dereg_mr(mr);
 	gmem_drop(&g);
 
+	/*
+	 * --- The free callback in the windows of a registration, made wide
+	 * with peermem's inject_* delays: between acquire and get_pages (no
+	 * ticket yet: nothing to invalidate), and between get_pages and
+	 * dma_map (the core's invalidate waits for the mapping lock the
+	 * registration holds). Both registrations fail with EFAULT.
+	 */
+	for (i = 0; i < 2; i++) {
+		const char *knob = i ? PMDBG "inject_delay_dma_map_ms" : PMDBG "inject_delay_get_pages_ms";
+		const char *where = i ? "between get_pages and dma_map" : "between acquire and get_pages";
+		struct race r = { .fd = fd, .free_after = 500000 };
+		long long e1;
+		double t0, t1;
+		pthread_t t;
+
+		if (gmem_alloc(fd, LEN, &r.g))
+			bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+		peer_stats(pm_name, &s0);
+		cb0 = pm("free_callbacks");
+		inv0 = pm("invalidations_gpu_free");
+		e1 = pm("errors");
+		write_str(knob, "1500");
+		t0 = now_s();
+		pthread_create(&t, NULL, race_free, &r);
+		mr = ibv_reg_mr(c.pd, r.g.p, LEN, MR_ACCESS);
+		rc = errno;
+		t1 = now_s();
+		pthread_join(t, NULL);
+		write_str(knob, "0");
+		ok(!mr && rc == EFAULT, "free %s: ibv_reg_mr fails with EFAULT (errno %d, after %.1f s)",
+		   where, mr ? 0 : rc, t1 - t0);
+		if (mr)
+			ibv_dereg_mr(mr);
+		peer_stats(pm_name, &s1);
+		ok(r.free_ret == 0 && pm("free_callbacks") == cb0 + 1 && pm("errors") == e1 + 1 &&
+		   pm("invalidations_gpu_free") == inv0 + i && s1.free_callbacks == s0.free_callbacks + i,
+		   "free %s: one free callback, %s", where,
+		   i ? "which invalidated its ticket through the core" : "no ticket yet, so no invalidation");
+		ok(s1.alloc_mrs == s0.alloc_mrs && s1.invalidated_mrs == s0.invalidated_mrs &&
+		   peer_stats_balanced(&s1), "free %s: the core never mapped it", where);
+		ok(wait_for(all_idle_but_vma, 10), "free %s: nothing registered, pinned or left", where);
+		if (!all_idle_but_vma()) {
+			pm_diag();
+			gs_diag();
+		}
+		gmem_drop(&r.g);
+	}
+
 	/* --- Process exit with a live MR, both orders of teardown. */
 	for (i = 0; i < 2; i++) {
 		peer_stats(pm_name, &s0);
@@ -191,14 +246,19 @@ int main(void)
 	 * between acquire and get_pages, before dma_map, with the MR live,
 	 * during deregistration).
 	 */
-	gs_knob("delay_us", "3000");
 	e0 = pm("errors");
 	{
-		int regs_ok = 0, regs_failed = 0, bad_errno = 0, rounds = 16;
+		int regs_ok = 0, regs_failed = 0, bad_errno = 0, rounds = 24;
 
 		for (i = 0; i < rounds; i++) {
-			struct race r = { .fd = fd, .free_after = (useconds_t)(i % 8) * 1500 };
+			/* 3 ms in gpusim for the first 16 rounds, then none. */
+			struct race r = {
+				.fd = fd,
+				.free_after = i < 16 ? (useconds_t)(i % 8) * 1500 : (useconds_t)(i % 8) * 400,
+			};
 			pthread_t t;
+
+			gs_knob("delay_us", i < 16 ? "3000" : "0");
 
 			if (gmem_alloc(fd, LEN, &r.g))
 				bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
@@ -207,7 +267,7 @@ int main(void)
 			mr = ibv_reg_mr(c.pd, r.g.p, LEN, MR_ACCESS);
 			if (mr) {
 				regs_ok++;
-				if (i >= 8) {
+				if (i & 1) {
 					/* Deregister right away, racing the free. */
 					ibv_dereg_mr(mr);
 					mr = NULL;
