@@ -137,12 +137,14 @@ if [ "$accel" = kvm ]; then accel_args=(-accel kvm -cpu host); else accel_args=(
 # --- one VM at a time on this machine ----------------------------------------
 # One TCG guest keeps both cores of these machines busy; several at once
 # only make each slower, and then wall-clock test limits fire falsely.
-# PEERMEM_VM_PARALLEL=1 skips the queue.
+# PEERMEM_VM_PARALLEL=1 skips the queue; PEERMEM_VM_LOCK names the lock file
+# (default in the cache), so runs with different caches can share one queue.
 mkdir -p "$PEERMEM_CACHE" || bad "cannot create $PEERMEM_CACHE"
+vm_lock=${PEERMEM_VM_LOCK:-$PEERMEM_CACHE/vm.lock}
 if [ "${PEERMEM_VM_PARALLEL:-0}" != 1 ] && command -v flock >/dev/null; then
-	exec 9>>"$PEERMEM_CACHE/vm.lock"
+	exec 9>>"$vm_lock" || bad "cannot open the VM lock $vm_lock"
 	if ! flock -n 9; then
-		pm_log "vm: another VM run is going on; waiting for it (lock $PEERMEM_CACHE/vm.lock; PEERMEM_VM_PARALLEL=1 to skip)"
+		pm_log "vm: another VM run is going on; waiting for it (lock $vm_lock; PEERMEM_VM_PARALLEL=1 to skip)"
 		flock 9
 	fi
 fi
