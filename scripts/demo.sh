@@ -8,6 +8,9 @@
 #
 #   scripts/demo.sh [--skip-setup] [--kdir DIR]
 set -euo pipefail
+# Read whole before running (the braces below): a script edited while it
+# runs, or waits for a lock, must not change under the running shell.
+{
 . "$(dirname "$0")/lib.sh"
 cd "$PEERMEM_ROOT"
 
@@ -53,3 +56,5 @@ build tests/guest/e2e "demo program"
 pm_stage "demo: boot the rig and run tests/vm/demo-guest.sh in it"
 scripts/vm.sh --kdir "$kdir" --no-kmemleak --cmd "bash $PEERMEM_ROOT/tests/vm/demo-guest.sh"
 pm_stage "demo: done"
+exit
+}

@@ -9,6 +9,9 @@
 # patch series under tests/rig/patches is applied to the source tree and
 # tracked by a stamp: a changed series is reverted and re-applied in place.
 set -euo pipefail
+# Read whole before running (the braces below): a script edited while it
+# runs, or waits for a lock, must not change under the running shell.
+{
 . "$(dirname "$0")/lib.sh"
 
 variant=debug
@@ -144,3 +147,5 @@ touch "$objdir/.peermem-built"
 ln -sfn "$objdir" "$PEERMEM_CACHE/linux-$RIG_KVER-$variant"
 pm_stage "kernel: ready"
 echo "$objdir"
+exit
+}

@@ -2,6 +2,9 @@
 # Install everything peermem's build, rig and tests need on a Debian 12 host.
 # Idempotent: every step checks first and skips what is already there.
 set -euo pipefail
+# Read whole before running (the braces below): a script edited while it
+# runs, or waits for a lock, must not change under the running shell.
+{
 . "$(dirname "$0")/lib.sh"
 
 APT_PKGS=(
@@ -102,3 +105,5 @@ if ! bindgen --version 2>/dev/null | grep -q "bindgen $BINDGEN_VERSION"; then
 		pm_die "cargo install bindgen-cli failed; check crates.io access"
 fi
 pm_log "host ready: $(rustc --version), $(bindgen --version), libclang-19"
+exit
+}

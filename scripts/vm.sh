@@ -31,6 +31,9 @@
 # test that was running, and for a guest that hung, panicked or never booted.
 # Exit status: 0 if all passed, 1 if anything failed, 2 on bad usage.
 set -uo pipefail
+# Read whole before running (the braces below): a script edited while it
+# runs, or waits for a lock, must not change under the running shell.
+{
 . "$(dirname "$0")/lib.sh"
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
@@ -366,3 +369,5 @@ printf '# vm: %d passed, %d failed, %d skipped; boot %ss, total %ss (%s); run di
 if [ "$nfail" -gt 0 ]; then exit 1; fi
 [ "$keep" = 1 ] || rm -rf "$res"
 exit 0
+exit
+}

@@ -17,6 +17,9 @@
 # as skipped. Each build step is one result too, so a broken build is a
 # failure, not a silent gap. Exit status 0 only if nothing failed.
 set -uo pipefail
+# Read whole before running (the braces below): a script edited while it
+# runs, or waits for a lock, must not change under the running shell.
+{
 . "$(dirname "$0")/../scripts/lib.sh"
 cd "$PEERMEM_ROOT" || exit 1
 
@@ -141,3 +144,5 @@ fi
 pm_stage "run-all: finished"
 echo "$npass passed, $nfail failed, $nskip skipped"
 [ "$nfail" = 0 ]
+exit
+}
