@@ -209,6 +209,14 @@ static void rxe_up(void)
 
 /* ---- an RC QP pair on rxe0 talking to itself ---- */
 
+/*
+ * Transport timeout and retry count of the QPs. A timeout of 17 (0.5 s)
+ * keeps spurious retransmissions rare on a loaded, emulated machine, and
+ * retry_cnt 6 (rxe retries 7 forever) turns a connection that stopped
+ * answering into an error completion instead of a hang.
+ */
+static int qp_timeout = 17, qp_retry_cnt = 6;
+
 struct conn {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -287,8 +295,8 @@ static int qp_to_rts(struct conn *c, struct ibv_qp *qp, uint32_t dest)
 		return -1;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
+	a.timeout = qp_timeout;
+	a.retry_cnt = qp_retry_cnt;
 	a.rnr_retry = 7;
 	a.sq_psn = 0;
 	a.max_rd_atomic = 4;
