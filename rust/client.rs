@@ -9,8 +9,11 @@
 //! Each range the core offers and peermem claims is one [`Registration`],
 //! reference counted (`Arc`). References: the core's `client_context`
 //! (from `acquire` to `release`), and, for a non-persistent pin, the free
-//! callback's `data` (from the pin until the callback ran, or until
-//! `nvidia_p2p_put_pages` succeeded before any callback).
+//! callback's, kept in a registry under an id that is the callback's
+//! `data` ([`ffi::CallbackRef`]). Whoever removes it from the registry
+//! owns it: the free callback, on entry, or `unpin` after a put that
+//! returned 0. Removal is atomic, so this holds whatever the driver's put
+//! returns and whenever its callback runs.
 //!
 //! Its state ([`Phase`]) lives under its own lock:
 //!
@@ -18,8 +21,9 @@
 //!  acquire: New --pin--> Pinned --get_pages (ticket)--> Pinned --dma_map--> Mapped
 //!                                                         ^                  |
 //!                                                         +----dma_unmap-----+
-//!  put_pages/release:  Pinned --> Unpinning --put returned--> Unpinned
-//!                                     |            (refused) --> PutRefused --free callback--> (same)
+//!  put_pages/release:  Pinned --> Unpinning --put returned 0, reference taken--> Unpinned
+//!                                     |   (refused, or the callback took the reference)
+//!                                     |            --> CallbackPending --free callback--> Freed
 //!                                     | free callback meanwhile: noted, then --> Freed
 //!  free callback:  Pinned | Mapped --> Freed   (then: invalidate, free the DMA mapping)
 //! ```
@@ -76,10 +80,11 @@ enum Phase {
     Freed,
     /// The page table was given back (`nvidia_p2p_put_pages*`).
     Unpinned,
-    /// `nvidia_p2p_put_pages` was refused: the driver is freeing the memory
-    /// (its free callback is pending) or keeps the pin until it does; its
-    /// free callback comes and only returns its reference.
-    PutRefused,
+    /// The page table went back (or the put was refused: the driver is
+    /// freeing the memory, or keeps the pin until it does) and the free
+    /// callback's reference was not taken by `unpin`: the callback has it
+    /// or will, comes, and only returns its reference.
+    CallbackPending,
 }
 
 /// What the lock protects.
@@ -100,7 +105,7 @@ struct Inner {
 ///
 /// While `inner.phase` is `Pinned` or `Mapped`, the page table is pinned
 /// for `range.aligned_start()..range.aligned_end()`, and (non-persistent)
-/// the free callback holds a reference to this object.
+/// the free callback's registry entry holds a reference to this object.
 #[pin_data]
 pub(crate) struct Registration {
     range: GpuRange,
@@ -193,7 +198,7 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
     let callback = (!persistent).then(|| reg.clone());
     let pt = match ffi::p2p_get_pages(range.aligned_start(), range.aligned_len(), callback) {
         Ok(pt) => pt,
-        Err((e, _callback_ref)) => {
+        Err(e) => {
             // Not GPU memory (EINVAL), or the driver could not pin it:
             // either way not ours, nothing held.
             STATS.registrations_declined.inc();
@@ -446,8 +451,16 @@ pub(crate) fn release(reg: Arc<Registration>) {
     STATS.registrations_released.inc();
 }
 
+/// The GPU driver's free callback for a pin whose put returned 0 before it
+/// ran (the 550 driver does that for a put while the callback is pending):
+/// `unpin` took the callback's reference, the registration may be gone.
+pub(crate) fn gpu_freed_after_put() {
+    STATS.free_callbacks.inc();
+    STATS.free_callbacks_after_put.inc();
+}
+
 /// The GPU driver's free callback: the memory behind `reg` is being freed.
-/// `reg` is the callback's own reference.
+/// `reg` is the callback's own reference, taken from the registry.
 pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     STATS.free_callbacks.inc();
     let (ticket, mapping) = {
@@ -468,12 +481,13 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
                 g.phase = Phase::Unpinning { callback_ran: true };
                 (None, None)
             }
-            // The put was refused; this is the callback it was waiting for.
-            Phase::PutRefused => (None, None),
+            // The put was refused, or the callback took its reference
+            // before `unpin` looked: this is that callback.
+            Phase::CallbackPending => (None, None),
             other => {
                 // New cannot be seen (acquire holds the lock until Pinned,
-                // and a failed pin has no callback); Freed/Unpinned mean the
-                // driver called back for a table it has already.
+                // and a failed pin has no callback); Freed/Unpinned hold no
+                // registry entry, so no callback gets here for them.
                 g.phase = other;
                 STATS.errors.inc();
                 pr_err!("free callback for a page table peermem no longer holds; ignoring it (a GPU driver bug)\n");
@@ -500,8 +514,9 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
 
 impl Registration {
     /// Gives the page table back to the driver if it is still pinned
-    /// (unmapping first if needed), outside the lock; settles who returns
-    /// the free callback's reference.
+    /// (unmapping first if needed), outside the lock; after a put that
+    /// returned 0 takes the free callback's reference out of the registry,
+    /// unless the callback took it first.
     fn unpin(&self) {
         let pt = {
             let mut g = self.inner.lock();
@@ -527,25 +542,27 @@ impl Registration {
         let pages = pt.entries();
         let persistent = pt.is_persistent();
         let (res, callback_ref) = pt.put();
-        let callback_ran = {
+        let taken = {
             let mut g = self.inner.lock();
             let ran = matches!(g.phase, Phase::Unpinning { callback_ran: true });
-            g.phase = match (ran, &res) {
-                (true, _) => Phase::Freed,
-                (false, Err(_)) if !persistent => Phase::PutRefused,
-                (false, _) => Phase::Unpinned,
+            // After a put that returned 0 the reference is whoever's removes
+            // it first (the callback may still come, whatever the driver
+            // promises); after a refused put it stays for the callback.
+            let taken = match (&res, &callback_ref) {
+                (Ok(()), Some(cref)) => cref.take(),
+                _ => None,
             };
-            ran
+            g.phase = if ran {
+                Phase::Freed
+            } else if persistent || taken.is_some() {
+                Phase::Unpinned
+            } else {
+                Phase::CallbackPending
+            };
+            taken
         };
         count_unpinned(pages);
         match res {
-            Ok(()) if !callback_ran => {
-                // SAFETY: the put succeeded and no free callback had run
-                // when we looked (under the lock, after the put): by the
-                // driver's contract it will not run for this pin now.
-                drop(unsafe { callback_ref.reclaim() });
-            }
-            // The callback ran: it returned its reference itself.
             Ok(()) => {}
             Err(e) if !persistent => {
                 // The driver refuses a put while the memory is being freed:
@@ -572,6 +589,8 @@ impl Registration {
                 );
             }
         }
+        // Last, outside the lock (the caller holds a reference too).
+        drop(taken);
     }
 }
 

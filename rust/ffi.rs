@@ -233,6 +233,71 @@ pub(crate) fn wait_for_objects() {
 }
 
 // ---------------------------------------------------------------------------
+// Free-callback references
+
+/// The free callback's reference to a registration, kept in the C glue's
+/// registry under a never-reused id; the id, not a pointer, is the
+/// callback's `data`. Whoever takes the entry out of the registry owns the
+/// reference: the free callback ([`cb_gpu_free`], on entry) or the
+/// registration after a put that returned 0 ([`CallbackRef::take`]).
+/// Removal is atomic, so exactly one of them gets it, whatever the GPU
+/// driver's put returned and whenever its callback runs.
+///
+/// # Invariants
+///
+/// `0` is a (non-zero) id that `peermem_cbref_insert` handed out for a
+/// reference from `Arc::into_raw`; its entry may have been taken since.
+pub(crate) struct CallbackRef(u64);
+
+impl CallbackRef {
+    /// Puts `reg` in the registry; `ENOMEM` if it cannot.
+    fn insert(reg: Arc<Registration>) -> Result<Self> {
+        let ptr = Arc::into_raw(reg);
+        let mut id = 0u64;
+        // SAFETY: `ptr` is a non-null, aligned pointer; `id` a valid out pointer.
+        let ret = unsafe { raw::peermem_cbref_insert(ptr.cast(), &mut id) };
+        if let Err(e) = to_result(ret) {
+            // SAFETY: not stored: the reference `into_raw` made is ours again.
+            drop(unsafe { Arc::from_raw(ptr) });
+            return Err(e);
+        }
+        // INVARIANT: `id` names the entry holding `ptr`.
+        Ok(Self(id))
+    }
+
+    /// The callback's `data`: the id.
+    fn data(&self) -> *mut c_void {
+        // The glue hands out ids that fit an `unsigned long`, i.e. a pointer.
+        self.0 as usize as *mut c_void
+    }
+
+    /// Takes the reference out of the registry: `None` if the free
+    /// callback took it already (or for a persistent pin).
+    pub(crate) fn take(&self) -> Option<Arc<Registration>> {
+        take_callback_ref(self.0)
+    }
+}
+
+/// Removes entry `id` from the registry and returns its reference, if any.
+fn take_callback_ref(id: u64) -> Option<Arc<Registration>> {
+    if id == 0 {
+        return None;
+    }
+    // SAFETY: FFI call without preconditions (any id is fine).
+    let ptr = unsafe { raw::peermem_cbref_take(id) };
+    // SAFETY: a non-null result is a reference from `Arc::into_raw` stored
+    // by `CallbackRef::insert`; the removal was atomic, so it is ours alone.
+    (!ptr.is_null()).then(|| unsafe { Arc::from_raw(ptr.cast::<Registration>()) })
+}
+
+/// How many free-callback references are still in the registry (0 once
+/// every registration object is gone: each entry holds one).
+pub(crate) fn callback_refs_left() -> u64 {
+    // SAFETY: FFI call without preconditions.
+    unsafe { raw::peermem_cbrefs_left() }
+}
+
+// ---------------------------------------------------------------------------
 // The peer-memory core
 
 /// GPU page size of the NVIDIA P2P interface (`NVIDIA_P2P_PAGE_SIZE_64KB`).
@@ -552,22 +617,20 @@ pub(crate) fn p2p_version_compatible(have: u32, want: u32) -> bool {
     major(have) == major(want) && minor(have) >= minor(want)
 }
 
-/// The free callback given to `nvidia_p2p_get_pages`: `data` is the
-/// reference [`p2p_get_pages`] handed to the driver.
+/// The free callback given to `nvidia_p2p_get_pages`: `data` is the id of
+/// the callback's reference (see [`CallbackRef`]). It takes the reference
+/// out of the registry first; if it is gone, a put that returned 0 took it
+/// and the core's teardown owns the registration: nothing to do.
 ///
 /// # Safety
 ///
-/// Called by the GPU driver only, at most once per pin, with that pin's `data`.
+/// Called by the GPU driver, with a pin's `data`. Any value is safe: it is
+/// only looked up, never dereferenced.
 unsafe extern "C" fn cb_gpu_free(data: *mut c_void) {
-    if data.is_null() {
-        return;
+    match take_callback_ref(data as usize as u64) {
+        Some(reg) => client::gpu_freed(reg),
+        None => client::gpu_freed_after_put(),
     }
-    // SAFETY: the driver calls the callback at most once per pin, with the
-    // `data` of `p2p_get_pages`: a reference from `Arc::into_raw` that
-    // nobody took back (a successful put would have, but then the driver
-    // never calls the callback; see `CallbackRef::reclaim`).
-    let reg = unsafe { Arc::from_raw(data.cast_const().cast::<Registration>()) };
-    client::gpu_freed(reg);
 }
 
 /// A page table pinned with `nvidia_p2p_get_pages*`.
@@ -579,92 +642,63 @@ unsafe extern "C" fn cb_gpu_free(data: *mut c_void) {
 /// non-persistent one, until its free callback returns; the owner of the
 /// `PageTable` makes sure neither happened while it uses it (peermem's
 /// free callback takes the table out of its registration, under the
-/// registration's lock, before returning). `callback` is the reference
-/// handed to the driver as the callback's `data` (null for a persistent pin).
+/// registration's lock, before returning). `callback` names the free
+/// callback's reference (`None` for a persistent pin).
 pub(crate) struct PageTable {
     ptr: NonNull<raw::nvidia_p2p_page_table>,
     va: u64,
-    callback: *const Registration,
+    callback: Option<CallbackRef>,
 }
 
 // SAFETY: the page table is the driver's object, usable from any thread;
-// `callback` is only handed back to `Arc::from_raw`.
+// `callback` is an id.
 unsafe impl Send for PageTable {}
 
 /// Pins `[va, va + len)` (64 KiB aligned) of the calling process.
 ///
 /// With `callback`, a non-persistent pin whose free callback gets that
-/// reference (on failure it is returned with the error); without, a
-/// persistent pin.
+/// reference (through the registry, see [`CallbackRef`]; on failure it is
+/// dropped); without, a persistent pin.
 pub(crate) fn p2p_get_pages(
     va: u64,
     len: u64,
     callback: Option<Arc<Registration>>,
-) -> core::result::Result<PageTable, (Error, Option<Arc<Registration>>)> {
+) -> Result<PageTable> {
     let mut pt: *mut raw::nvidia_p2p_page_table = ptr::null_mut();
-    let (ret, data) = match callback {
+    let (ret, callback) = match callback {
         Some(reg) => {
-            let data = Arc::into_raw(reg);
-            // SAFETY: `pt` is a valid out pointer; `cb_gpu_free` and `data`
-            // stay valid until the callback ran or the pages were put (the
-            // reference keeps the object; module unload waits for it).
+            let cref = CallbackRef::insert(reg)?;
+            // SAFETY: `pt` is a valid out pointer; `cb_gpu_free` stays valid
+            // until the callback ran or the pages were put (its entry keeps
+            // a registration alive, and module unload waits for those);
+            // `data` is an id, never dereferenced.
             let ret = unsafe {
-                raw::nvidia_p2p_get_pages(
-                    0,
-                    0,
-                    va,
-                    len,
-                    &mut pt,
-                    Some(cb_gpu_free),
-                    data.cast_mut().cast(),
-                )
+                raw::nvidia_p2p_get_pages(0, 0, va, len, &mut pt, Some(cb_gpu_free), cref.data())
             };
-            (ret, data)
+            (ret, Some(cref))
         }
         None => {
             // SAFETY: `pt` is a valid out pointer.
             let ret = unsafe { raw::nvidia_p2p_get_pages_persistent(va, len, &mut pt, 0) };
-            (ret, ptr::null())
+            (ret, None)
         }
     };
-    let back = || {
-        // SAFETY: the pin failed, so the driver will never call the
-        // callback: the reference `into_raw` made is ours again.
-        (!data.is_null()).then(|| unsafe { Arc::from_raw(data) })
+    // The pin failed: the driver never calls the callback, its reference is ours again.
+    let back = |e: Error| {
+        drop(callback.as_ref().and_then(CallbackRef::take));
+        e
     };
     if let Err(e) = result_of(ret) {
-        return Err((e, back()));
+        return Err(back(e));
     }
     match NonNull::new(pt) {
         // INVARIANT: the driver handed out `pt` for this range.
-        Some(ptr) => Ok(PageTable {
-            ptr,
-            va,
-            callback: data,
-        }),
+        Some(ptr) => Ok(PageTable { ptr, va, callback }),
         None => {
             pr_err!("nvidia_p2p_get_pages returned success but no page table; the GPU driver is broken\n");
             // No page table to put back or to call a callback for.
-            Err((code::EIO, back()))
+            Err(back(code::EIO))
         }
-    }
-}
-
-/// The free callback's reference, after the page table went back to the driver.
-pub(crate) struct CallbackRef(*const Registration);
-
-impl CallbackRef {
-    /// Takes the free callback's reference back.
-    ///
-    /// # Safety
-    ///
-    /// The driver must never call the free callback of this pin (any
-    /// more), and it must not have been called: i.e. `nvidia_p2p_put_pages`
-    /// succeeded before the callback started.
-    pub(crate) unsafe fn reclaim(self) -> Option<Arc<Registration>> {
-        // SAFETY: the reference from `Arc::into_raw` in `p2p_get_pages`,
-        // which the callback did not and will not consume (the caller's promise).
-        (!self.0.is_null()).then(|| unsafe { Arc::from_raw(self.0) })
     }
 }
 
@@ -691,7 +725,7 @@ impl PageTable {
 
     /// Whether this pin is persistent (no free callback).
     pub(crate) fn is_persistent(&self) -> bool {
-        self.callback.is_null()
+        self.callback.is_none()
     }
 
     /// Whether every page pointer is there (checked once, before [`Self::phys_addrs`] is used).
@@ -718,11 +752,13 @@ impl PageTable {
     }
 
     /// Unpins the pages (`nvidia_p2p_put_pages*`). The page table is gone
-    /// afterwards whatever the result; the callback's reference comes back
-    /// for the caller to decide about (see [`CallbackRef::reclaim`]).
-    pub(crate) fn put(self) -> (Result, CallbackRef) {
-        let this = core::mem::ManuallyDrop::new(self);
-        let ret = if this.callback.is_null() {
+    /// afterwards whatever the result; the name of the callback's reference
+    /// (`None`: persistent) comes back for the caller to decide about (see
+    /// [`CallbackRef::take`]).
+    pub(crate) fn put(self) -> (Result, Option<CallbackRef>) {
+        let mut this = core::mem::ManuallyDrop::new(self);
+        let callback = this.callback.take();
+        let ret = if callback.is_none() {
             // SAFETY: a persistent pin of this range, not put before (type invariant).
             unsafe { raw::nvidia_p2p_put_pages_persistent(this.va, this.ptr.as_ptr(), 0) }
         } else {
@@ -730,7 +766,7 @@ impl PageTable {
             // the driver refuses (or serializes) the put.
             unsafe { raw::nvidia_p2p_put_pages(0, 0, this.va, this.ptr.as_ptr()) }
         };
-        (result_of(ret), CallbackRef(this.callback))
+        (result_of(ret), callback)
     }
 
     /// Called from the free callback: the page table is the driver's from

@@ -21,6 +21,7 @@
 #include <linux/pci.h>
 #include <linux/scatterlist.h>
 #include <linux/wait_bit.h>
+#include <linux/xarray.h>
 
 #include "peermem_ffi.h"
 
@@ -154,6 +155,54 @@ void peermem_objects_wait(void)
 				       !atomic_read(&peermem_objects), 10 * HZ))
 		pr_info("unloading: waiting for %d registration object(s) still referenced by GPU free callbacks in flight\n",
 			atomic_read(&peermem_objects));
+}
+
+/* ---- Free-callback references */
+
+/*
+ * id -> the free callback's reference (an Arc<Registration> raw pointer).
+ * Ids come from a 64-bit counter and are never reused, so a callback that
+ * arrives late with an id whose entry is gone can never find another
+ * registration's entry. Whoever erases an entry owns its reference.
+ */
+static DEFINE_XARRAY(peermem_cbrefs);
+static atomic64_t peermem_cbref_last = ATOMIC64_INIT(0);
+
+int peermem_cbref_insert(const void *ref, u64 *id)
+{
+	u64 n;
+	int ret;
+
+	if (!ref || !id || ((uintptr_t)ref & 3))
+		return -EINVAL;
+	n = atomic64_inc_return(&peermem_cbref_last);
+	/* Only reachable where unsigned long is 32 bits, after 4 G pins. */
+	if (n > ULONG_MAX)
+		return -EOVERFLOW;
+	ret = xa_insert(&peermem_cbrefs, (unsigned long)n, (void *)ref,
+			GFP_KERNEL);
+	if (ret)
+		return ret;
+	*id = n;
+	return 0;
+}
+
+const void *peermem_cbref_take(u64 id)
+{
+	if (!id || id > ULONG_MAX)
+		return NULL;
+	return xa_erase(&peermem_cbrefs, (unsigned long)id);
+}
+
+u64 peermem_cbrefs_left(void)
+{
+	unsigned long index;
+	void *entry;
+	u64 n = 0;
+
+	xa_for_each(&peermem_cbrefs, index, entry)
+		n++;
+	return n;
 }
 
 /* ---- debugfs */

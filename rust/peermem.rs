@@ -105,6 +105,14 @@ impl Drop for PeerMem {
         drop(self.core.take());
         // A GPU free callback may still be finishing on another CPU.
         ffi::wait_for_objects();
+        // Every registry entry holds an object: none can be left now.
+        let left = ffi::callback_refs_left();
+        if left != 0 {
+            pr_err!(
+                "BUG: {} free callback references left in the registry at unload; their registrations leak. Please report this peermem bug\n",
+                left
+            );
+        }
         drop(self.debugfs.take());
         pr_info!("unregistered {} and unloaded\n", self.name);
     }

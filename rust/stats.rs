@@ -107,6 +107,10 @@ define_stats! {
     sg_entries_coalesced,
     /// Free callbacks received from the GPU driver.
     free_callbacks,
+    /// Free callbacks that came after a put of their page table had
+    /// returned 0 (the driver answered a put while the callback was
+    /// pending): their reference was returned by the put; nothing to do.
+    free_callbacks_after_put,
     /// Invalidations sent to the core because the GPU memory was freed.
     invalidations_gpu_free,
     /// Invalidations sent to the core because the process address space changed (MMU notifier).

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A put that "succeeds" while the free callback is pending: gpusim with
+ * stale_errno=0 answers nvidia_p2p_put_pages on a page table whose free
+ * callback is pending with 0, as the 550 driver does for a stale put.
+ * GPUSIM_IOC_FREE races ibv_dereg_mr with gpusim's delay_us widening the
+ * window between the free marking the pin and calling the callback; the
+ * callback then comes after peermem's put returned 0. Exactly one of the
+ * two may return the callback's reference: KASAN catches a use after free,
+ * the counters catch a leak.
+ */
+#include "peermem_test.h"
+
+#define LEN (256 * 1024UL)		/* 4 GPU pages */
+#define DELAY_US 60000			/* before each free callback and in each put */
+#define ROUNDS 24
+
+static struct conn c;
+
+struct race {
+	int fd;
+	struct gmem g;
+	useconds_t free_after;
+	int free_ret;
+};
+
+static void *race_free(void *arg)
+{
+	struct race *r = arg;
+
+	usleep(r->free_after);
+	r->free_ret = gmem_free(r->fd, &r->g);
+	return NULL;
+}
+
+/* Idle, except for CPU mappings of freed allocations (dropped per round). */
+static int settled(void)
+{
+	return pm_idle() && gs("live_allocs") == 0 && gs("live_pins") == 0 &&
+	       gs("live_dma_mappings") == 0;
+}
+
+int main(void)
+{
+	long long stale0, late0, cb0, gcb0, e0;
+	int fd, i, regs = 0, deregs = 0, frees = 0;
+	struct peer_stats s0, s1;
+	char buf[32];
+
+	rxe_up();
+	load_modules(NULL);
+	ok(1, "gpusim and peermem loaded (client %s)", pm_name);
+	if (conn_open(&c))
+		bail("cannot set up an RC loopback on " RXE_DEV);
+	fd = open("/dev/gpusim", O_RDWR);
+	if (fd < 0)
+		bail("cannot open /dev/gpusim: %s", strerror(errno));
+
+	ok(gs_knob("stale_errno", "0") == 0 &&
+	   read_line(GSDBG "stale_errno", buf, sizeof(buf)) == 0 && !strcmp(buf, "0"),
+	   "gpusim answers stale puts with 0 (stale_errno=0, the 550 driver's behaviour)");
+	snprintf(buf, sizeof(buf), "%d", DELAY_US);
+	gs_knob("delay_us", buf);
+
+	peer_stats(pm_name, &s0);
+	stale0 = gs("stale_calls");
+	gcb0 = gs("free_callbacks");
+	late0 = pm("free_callbacks_after_put");
+	cb0 = pm("free_callbacks");
+	e0 = pm("errors");
+	for (i = 0; i < ROUNDS; i++) {
+		/* The free starts 0..5/6 of the delay after the deregistration. */
+		struct race r = { .fd = fd, .free_after = (useconds_t)(i % 6) * (DELAY_US / 6) };
+		struct ibv_mr *mr;
+		pthread_t t;
+
+		if (gmem_alloc(fd, LEN, &r.g))
+			bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+		mr = ibv_reg_mr(c.pd, r.g.p, LEN, MR_ACCESS);
+		if (mr)
+			regs++;
+		else
+			diag("round %d: ibv_reg_mr failed: %s", i, strerror(errno));
+		pthread_create(&t, NULL, race_free, &r);
+		if (mr && ibv_dereg_mr(mr) == 0)
+			deregs++;
+		pthread_join(t, NULL);
+		if (r.free_ret == 0)
+			frees++;
+		gmem_drop(&r.g);
+	}
+	ok(regs == ROUNDS && deregs == ROUNDS && frees == ROUNDS,
+	   "%d rounds of GPUSIM_IOC_FREE racing ibv_dereg_mr: %d registered, %d deregistered, %d freed",
+	   ROUNDS, regs, deregs, frees);
+	diag("puts answered 0 while the free callback was pending: %lld; peermem callbacks after such a put: %lld",
+	     gs("stale_calls") - stale0, pm("free_callbacks_after_put") - late0);
+	ok(gs("stale_calls") > stale0,
+	   "the window was hit: some puts were answered 0 while their free callback was pending (%lld)",
+	   gs("stale_calls") - stale0);
+	/*
+	 * After such a put either peermem took the reference back (the
+	 * callback then finds it gone: counted here) or the callback removed
+	 * it first (it then returns it). The first order is the one the old
+	 * raw-pointer reference freed twice; it must have happened.
+	 */
+	ok(pm("free_callbacks_after_put") - late0 > 0 &&
+	   pm("free_callbacks_after_put") - late0 <= gs("stale_calls") - stale0,
+	   "callbacks that came after their put returned 0 found their reference already returned (%lld of %lld)",
+	   pm("free_callbacks_after_put") - late0, gs("stale_calls") - stale0);
+	ok(pm("free_callbacks") - cb0 == gs("free_callbacks") - gcb0,
+	   "peermem counted every free callback gpusim made (%lld)", gs("free_callbacks") - gcb0);
+	ok(wait_for(settled, 30), "after the races nothing is registered, pinned, mapped, allocated or alive");
+	if (!settled()) {
+		pm_diag();
+		gs_diag();
+	}
+	peer_stats(pm_name, &s1);
+	ok(peer_stats_balanced(&s1) && s1.alloc_mrs == s0.alloc_mrs + ROUNDS,
+	   "core counters balanced (%lld MRs allocated)", s1.alloc_mrs - s0.alloc_mrs);
+	ok(pm("errors") == e0, "peermem counted no error (%lld)", pm("errors") - e0);
+
+	gs_knob("delay_us", "0");
+	ok(gs_knob("stale_errno", "22") == 0 &&
+	   read_line(GSDBG "stale_errno", buf, sizeof(buf)) == 0 && !strcmp(buf, "22"),
+	   "stale_errno restored to 22");
+	conn_close(&c);
+	close(fd);
+	ok(wait_for(all_idle, 10), "peermem and gpusim idle at the end");
+	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(!dmesg_has("peermem: BUG|no longer holds|callback references left"),
+	   "peermem reported no internal error");
+	return finish();
+}
