@@ -249,4 +249,21 @@ static int dmesg_has(const char *pattern)
 	return run("dmesg | grep -Eq '%s'", pattern) == 0;
 }
 
+/* A thread that frees GPU memory after a delay, racing the caller. */
+struct race {
+	int fd;
+	struct gmem g;
+	useconds_t free_after;
+	int free_ret;
+};
+
+static void *race_free(void *arg)
+{
+	struct race *r = arg;
+
+	usleep(r->free_after);
+	r->free_ret = gmem_free(r->fd, &r->g);
+	return NULL;
+}
+
 #endif /* PEERMEM_TEST_H */

@@ -60,22 +60,6 @@ static int all_idle_but_vma(void)
 	       gs("live_dma_mappings") == 0;
 }
 
-struct race {
-	int fd;
-	struct gmem g;
-	useconds_t free_after;
-	int free_ret;
-};
-
-static void *race_free(void *arg)
-{
-	struct race *r = arg;
-
-	usleep(r->free_after);
-	r->free_ret = gmem_free(r->fd, &r->g);
-	return NULL;
-}
-
 int main(void)
 {
 	struct peer_stats s0, s1;

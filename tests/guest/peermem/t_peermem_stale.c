@@ -17,22 +17,6 @@
 
 static struct conn c;
 
-struct race {
-	int fd;
-	struct gmem g;
-	useconds_t free_after;
-	int free_ret;
-};
-
-static void *race_free(void *arg)
-{
-	struct race *r = arg;
-
-	usleep(r->free_after);
-	r->free_ret = gmem_free(r->fd, &r->g);
-	return NULL;
-}
-
 /* Idle, except for CPU mappings of freed allocations (dropped per round). */
 static int settled(void)
 {
