@@ -35,58 +35,7 @@
 #define GPU_PAGE ((uint64_t)GPUSIM_GPU_PAGE_SIZE)
 #define DBG "/sys/kernel/debug/gpusim/"
 
-static int tap_n, tap_fail;
-
-static void __attribute__((format(printf, 2, 3))) ok(int cond, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%sok %d - ", cond ? "" : "not ", ++tap_n);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	if (!cond)
-		tap_fail++;
-}
-
-static void __attribute__((format(printf, 1, 2))) skip(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("ok %d - ", ++tap_n);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf(" # SKIP\n");
-	fflush(stdout);
-}
-
-static void __attribute__((format(printf, 1, 2))) diag(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("# ");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
-
-/* Stop the test now: a failed precondition makes the rest meaningless. */
-static void __attribute__((noreturn, format(printf, 1, 2))) bail(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("not ok %d - ", ++tap_n);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf(" (bailing out)\n1..%d\n", tap_n);
-	exit(1);
-}
+#include "../tap.h"
 
 /* ---- debugfs */
 
@@ -234,8 +183,7 @@ static int gs_finish(void)
 {
 	gs_check_zero("at the end");
 	gs_reset_knobs();
-	printf("1..%d\n", tap_n);
-	return tap_fail ? 1 : 0;
+	return finish();
 }
 
 /* ---- /dev/gpusim */

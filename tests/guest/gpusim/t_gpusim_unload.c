@@ -32,8 +32,7 @@ int main(void)
 	gs_check_zero("before unloading");
 	if (other_holders()) {
 		skip("unload gpusim: another module uses it");
-		printf("1..%d\n", tap_n);
-		return tap_fail ? 1 : 0;
+		return finish();
 	}
 	ret = syscall(SYS_delete_module, "gpusim_testclient", O_NONBLOCK);
 	ok(ret == 0, "rmmod gpusim_testclient (%s)", ret ? strerror(errno) : "ok");

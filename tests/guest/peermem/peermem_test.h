@@ -28,18 +28,6 @@
 /* The name peermem registered with the core (its peer_name parameter). */
 static char pm_name[64];
 
-static void __attribute__((format(printf, 1, 2))) skip(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("ok %d - ", ++tap_n);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf(" # SKIP\n");
-	fflush(stdout);
-}
-
 static const char *root_dir(void)
 {
 	return getenv("PEERMEM_ROOT") ?: ".";
