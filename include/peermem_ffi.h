@@ -42,6 +42,9 @@ const char *peermem_param_peer_name(void);
 /* The enable_invalidate parameter. */
 bool peermem_param_enable_invalidate(void);
 
+/* The mmu_notifier parameter. */
+bool peermem_param_mmu_notifier(void);
+
 /* ---- Scatter-gather tables (what dma_map() hands to the core) */
 
 /*
@@ -104,6 +107,43 @@ void peermem_objects_dec(void);
  * many are left.
  */
 void peermem_objects_wait(void);
+
+/* ---- Address-space watches: an mmu interval notifier per registration */
+
+/*
+ * A watch on a registration's address range in the registering process.
+ * When the range is unmapped (munmap, mremap moving it, MAP_FIXED over
+ * it; not at process exit) it takes a new reference with hold(reg), once
+ * per watch, and hands it to changed() from a work item (process context,
+ * no lock held). The registration must stay alive from
+ * peermem_watch_start() until peermem_watch_stop() has returned: the
+ * notifier may call hold(reg) until then.
+ */
+struct peermem_watch;
+typedef const void *(*peermem_watch_hold_t)(const void *reg);
+typedef void (*peermem_watch_changed_t)(const void *ref);
+
+/* Once at load, before any watch: the callbacks and the work queue (-ENOMEM). */
+int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t changed);
+/* At unload, after every watch was stopped: runs the queued work items. */
+void peermem_watch_teardown(void);
+/* Whether watches are made (CONFIG_MMU_NOTIFIER and the mmu_notifier parameter). */
+bool peermem_watch_available(void);
+/*
+ * A watch for the calling process, not started: NULL if there is nothing
+ * to watch (parameter off, no MMU notifiers, no user address space),
+ * ERR_PTR(-ENOMEM). Free it with peermem_watch_free().
+ */
+struct peermem_watch *peermem_watch_alloc(void);
+/* Start watching [start, start + len) of the calling process for reg: 0 or -errno. */
+int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64 len);
+/*
+ * Stop watching; sleeps until no notifier call for it runs. Idempotent.
+ * A work item already queued still runs (it holds its own reference).
+ */
+void peermem_watch_stop(struct peermem_watch *w);
+/* Stop and free. The queued work item, if any, must have run. */
+void peermem_watch_free(struct peermem_watch *w);
 
 /* ---- Free-callback references: id -> reference, one owner */
 

@@ -26,7 +26,20 @@
 //!                                     |            --> CallbackPending --free callback--> Freed
 //!                                     | free callback meanwhile: noted, then --> Freed
 //!  free callback:  Pinned | Mapped --> Freed   (then: invalidate, free the DMA mapping)
+//!  address change: Pinned | Mapped, revoked (then: invalidate, unmap, unpin as put_pages does)
 //! ```
+//!
+//! # Address-space changes
+//!
+//! A non-persistent registration also watches its range in the address
+//! space of the process that registered it ([`ffi::AddressWatch`], an mmu
+//! interval notifier). When the process unmaps or moves the range, the
+//! addresses no longer mean the pinned GPU memory: a work item marks the
+//! registration `revoked`, invalidates it through the core like a free
+//! does, then unmaps and unpins it itself (with `PEER_MEM_INVALIDATE_UNMAPS`
+//! the core no longer does). The watch is started in `acquire` before the
+//! pin and stopped in `release` (or when `acquire` declines) before the
+//! core's reference goes; the work item holds its own reference.
 //!
 //! # Locking
 //!
@@ -40,7 +53,7 @@
 //! takes this lock, with a driver lock held that `put_pages` needs). See
 //! `docs/module.md`.
 
-use crate::ffi::{self, DmaDevice, DmaMapping, ObjectCount, PageTable, SgTable, SgView};
+use crate::ffi::{self, AddressWatch, DmaDevice, DmaMapping, ObjectCount, PageTable, SgTable, SgView};
 use crate::inject;
 use crate::range::{coalesce, count_segments, GpuRange, SegmentLimits, GPU_PAGE_SIZE};
 use crate::stats::STATS;
@@ -97,6 +110,9 @@ struct Inner {
     /// restoring entries it trimmed (a deregistration racing the free), and
     /// only its `dma_unmap` or `release` says it is done with them.
     sgt: Option<SgTable>,
+    /// The process unmapped or moved the range: the registration is dead
+    /// (invalidated, unpinned), and `get_pages`/`dma_map` fail.
+    revoked: bool,
 }
 
 /// One range claimed in `acquire`.
@@ -109,6 +125,8 @@ struct Inner {
 #[pin_data]
 pub(crate) struct Registration {
     range: GpuRange,
+    /// The address-space watch (non-persistent pins in a user process).
+    watch: Option<AddressWatch>,
     _live: Live,
     #[pin]
     inner: Lock<Inner>,
@@ -176,21 +194,53 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
         return None;
     };
     let persistent = !INVALIDATING.load(Ordering::Acquire);
+    let oom = || {
+        STATS.errors.inc();
+        ffi::warn_ratelimited(c"out of memory in acquire; the registration falls back to the next peer-memory client");
+    };
+    let watch = if persistent {
+        None
+    } else {
+        match AddressWatch::new() {
+            Ok(w) => w,
+            Err(_) => {
+                oom();
+                return None;
+            }
+        }
+    };
     let reg = match Arc::pin_init(
         pin_init!(Registration {
             range,
+            watch,
             _live: Live::new(),
-            inner <- new_lock!(Inner { phase: Phase::New, ticket: None, sgt: None }, "peermem_registration"),
+            inner <- new_lock!(
+                Inner { phase: Phase::New, ticket: None, sgt: None, revoked: false },
+                "peermem_registration"
+            ),
         }),
         GFP_KERNEL,
     ) {
         Ok(reg) => reg,
         Err(_) => {
-            STATS.errors.inc();
-            ffi::warn_ratelimited(c"out of memory in acquire; the registration falls back to the next peer-memory client");
+            oom();
             return None;
         }
     };
+    // Before the pin: an unmap from here on revokes the registration.
+    if let Some(w) = &reg.watch {
+        if let Err(e) = w.start(&reg, range.addr(), range.len()) {
+            STATS.errors.inc();
+            STATS.registrations_declined.inc();
+            pr_err!(
+                "cannot watch {:#x}+{:#x} for address-space changes (error {}); declining the range (or load peermem with mmu_notifier=0)\n",
+                range.addr(),
+                range.len(),
+                e.to_errno()
+            );
+            return None;
+        }
+    }
 
     // Held across the pin: a free callback arriving at once waits for a
     // complete object.
@@ -201,6 +251,8 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
         Err(e) => {
             // Not GPU memory (EINVAL), or the driver could not pin it:
             // either way not ours, nothing held.
+            drop(g);
+            reg.stop_watch();
             STATS.registrations_declined.inc();
             if e != EINVAL {
                 STATS.errors.inc();
@@ -225,6 +277,7 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
         );
         g.phase = Phase::Pinned(pt);
         drop(g);
+        reg.stop_watch();
         reg.unpin();
         return None;
     }
@@ -233,6 +286,12 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
     drop(g);
     STATS.registrations_acquired.inc();
     Some(reg)
+}
+
+/// Why `get_pages`/`dma_map` fail on a revoked registration.
+fn revoked_error() -> Error {
+    ffi::warn_ratelimited(c"the process unmapped or moved the GPU memory's address range while it was being registered; the registration fails with EFAULT");
+    EFAULT
 }
 
 /// `get_pages`: the pages were pinned in `acquire`; check the range and
@@ -251,6 +310,9 @@ pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: u64) -
         return Err(EINVAL);
     }
     let mut g = reg.inner.lock();
+    if g.revoked {
+        return Err(revoked_error());
+    }
     match g.phase {
         Phase::Pinned(_) if g.ticket.is_none() => {
             g.ticket = Some(ticket);
@@ -333,6 +395,9 @@ fn map_cpu(pt: &PageTable) -> Result<SgTable> {
 pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView> {
     inject::DELAY_DMA_MAP_MS.delay();
     let mut g = reg.inner.lock();
+    if g.revoked {
+        return Err(revoked_error());
+    }
     let pt = match core::mem::replace(&mut g.phase, Phase::New) {
         Phase::Pinned(pt) if g.ticket.is_some() => pt,
         other => {
@@ -446,6 +511,8 @@ pub(crate) fn page_size(_reg: &Registration) -> u64 {
 
 /// `release`: the core is done with the registration; `reg` is its reference.
 pub(crate) fn release(reg: Arc<Registration>) {
+    // The notifier takes references until stopped: before the core's goes.
+    reg.stop_watch();
     // Pinned still if the core gave up before get_pages or after it failed.
     reg.unpin();
     STATS.registrations_released.inc();
@@ -512,7 +579,49 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     drop(reg);
 }
 
+/// The process unmapped or moved the registered range (from the address
+/// watch's work item, no lock held; `reg` is the work item's reference).
+/// Revokes the registration: the core invalidates the device's mapping (the
+/// next RDMA completes in error), then peermem unmaps and unpins the GPU
+/// pages, which the core no longer does after an invalidation. Nothing to
+/// do if the memory was freed or given back meanwhile.
+pub(crate) fn address_changed(reg: Arc<Registration>) {
+    let ticket = {
+        let mut g = reg.inner.lock();
+        if g.revoked || !matches!(g.phase, Phase::Pinned(_) | Phase::Mapped(..)) {
+            return;
+        }
+        g.revoked = true;
+        g.ticket
+    };
+    STATS.address_changes.inc();
+    // Without a ticket the core has not called get_pages yet; it will fail.
+    if let Some(ticket) = ticket {
+        if ffi::core_invalidate(ticket).is_some() {
+            STATS.invalidations_mmu_notifier.inc();
+        }
+    }
+    {
+        let mut g = reg.inner.lock();
+        if let Phase::Mapped(..) = g.phase {
+            if let Phase::Mapped(pt, mapping) = core::mem::replace(&mut g.phase, Phase::New) {
+                // The table itself stays until dma_unmap or the registration goes.
+                unmap_locked(&pt, mapping);
+                g.phase = Phase::Pinned(pt);
+            }
+        }
+    }
+    reg.unpin();
+}
+
 impl Registration {
+    /// Stops the address-space watch, if any (see [`AddressWatch::start`]).
+    fn stop_watch(&self) {
+        if let Some(w) = &self.watch {
+            w.stop();
+        }
+    }
+
     /// Gives the page table back to the driver if it is still pinned
     /// (unmapping first if needed), outside the lock; after a put that
     /// returned 0 takes the free callback's reference out of the registry,

@@ -109,6 +109,12 @@ pub(crate) fn param_enable_invalidate() -> bool {
     unsafe { raw::peermem_param_enable_invalidate() }
 }
 
+/// The `mmu_notifier` module parameter.
+pub(crate) fn param_mmu_notifier() -> bool {
+    // SAFETY: FFI call without preconditions.
+    unsafe { raw::peermem_param_mmu_notifier() }
+}
+
 /// Whether the debugfs directory exists (there is only one).
 static DEBUGFS_LIVE: AtomicBool = AtomicBool::new(false);
 
@@ -295,6 +301,127 @@ fn take_callback_ref(id: u64) -> Option<Arc<Registration>> {
 pub(crate) fn callback_refs_left() -> u64 {
     // SAFETY: FFI call without preconditions.
     unsafe { raw::peermem_cbrefs_left() }
+}
+
+// ---------------------------------------------------------------------------
+// Address-space watches
+
+/// The work queue and callbacks of [`AddressWatch`]es; dropping it (at
+/// unload, after the core released every registration, so that every
+/// watch is stopped) runs the work items still queued.
+pub(crate) struct Watches(());
+
+impl Watches {
+    /// Sets up the watches' work queue; `ENOMEM` if it cannot.
+    pub(crate) fn setup() -> Result<Self> {
+        // SAFETY: both functions stay valid until `drop`, which runs the
+        // queued work items before the module can go.
+        to_result(unsafe { raw::peermem_watch_setup(Some(watch_hold), Some(watch_changed)) })?;
+        Ok(Self(()))
+    }
+
+    /// Whether registrations get an address-space watch.
+    pub(crate) fn available() -> bool {
+        // SAFETY: FFI call without preconditions.
+        unsafe { raw::peermem_watch_available() }
+    }
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        // SAFETY: called once, at unload; every watch was stopped (the core
+        // released every registration), so no work item can be queued anew.
+        unsafe { raw::peermem_watch_teardown() };
+    }
+}
+
+/// The notifier's `hold`: a new reference to the registration it watches.
+///
+/// # Safety
+///
+/// Called by the C glue with the `reg` given to `peermem_watch_start`,
+/// while the watch is started: the registration is alive then (see
+/// [`AddressWatch::start`]).
+unsafe extern "C" fn watch_hold(reg: *const c_void) -> *const c_void {
+    // SAFETY: `reg` points to a live registration inside an `Arc` (by the
+    // function's safety requirements); `ManuallyDrop` leaves its count alone.
+    let borrowed = core::mem::ManuallyDrop::new(unsafe { Arc::from_raw(reg.cast::<Registration>()) });
+    Arc::into_raw(Arc::clone(&borrowed)).cast()
+}
+
+/// The work item: the watched range was unmapped; `r` is the reference
+/// `watch_hold` took.
+///
+/// # Safety
+///
+/// Called by the C glue once per `watch_hold`, with what it returned.
+unsafe extern "C" fn watch_changed(r: *const c_void) {
+    // SAFETY: `r` came from `Arc::into_raw` in `watch_hold`; it is ours now.
+    let reg = unsafe { Arc::from_raw(r.cast::<Registration>()) };
+    client::address_changed(reg);
+}
+
+/// An mmu interval notifier on a registration's range in the address space
+/// of the process that registered it: when the range is unmapped or moved
+/// it calls [`client::address_changed`] from a work item.
+///
+/// # Invariants
+///
+/// `0` was returned by `peermem_watch_alloc` and is freed only by `drop`.
+/// Once started for a registration, it is stopped before that
+/// registration's last reference can go (the owner's duty, see
+/// [`AddressWatch::start`]).
+pub(crate) struct AddressWatch(NonNull<raw::peermem_watch>);
+
+// SAFETY: the C object is used from any thread; its state changes are atomic.
+unsafe impl Send for AddressWatch {}
+// SAFETY: as above; `start`/`stop` through `&self` are safe concurrently.
+unsafe impl Sync for AddressWatch {}
+
+impl AddressWatch {
+    /// A watch for the calling process, not started yet. `Ok(None)` if
+    /// there is nothing to watch: the `mmu_notifier` parameter is off, the
+    /// kernel has no MMU notifiers, or the caller has no user address space.
+    pub(crate) fn new() -> Result<Option<Self>> {
+        // SAFETY: FFI call without preconditions.
+        let p = unsafe { raw::peermem_watch_alloc() };
+        let v = p as isize;
+        if (-4095..0).contains(&v) {
+            return Err(Error::from_errno(v as i32));
+        }
+        // INVARIANT: from `peermem_watch_alloc`.
+        Ok(NonNull::new(p).map(Self))
+    }
+
+    /// Watches `[start, start + len)` of the calling process for `reg`.
+    ///
+    /// `reg` must own this watch (it is one of its fields): its `Drop` then
+    /// frees the watch, and the registration's owner must call
+    /// [`AddressWatch::stop`] before the last reference to `reg` can go,
+    /// as the notifier takes new references until it is stopped.
+    pub(crate) fn start(&self, reg: &Arc<Registration>, start: u64, len: u64) -> Result {
+        let p: *const Registration = &**reg;
+        // SAFETY: `self.0` is a live watch (type invariant); `p` is the
+        // pointer `Arc::into_raw` would give for `reg`, valid until `stop`
+        // (the owner's duty, above).
+        to_result(unsafe { raw::peermem_watch_start(self.0.as_ptr(), p.cast(), start, len) })
+    }
+
+    /// Stops watching: when it returns, the notifier takes no new
+    /// reference. Idempotent; sleeps.
+    pub(crate) fn stop(&self) {
+        // SAFETY: a live watch (type invariant).
+        unsafe { raw::peermem_watch_stop(self.0.as_ptr()) };
+    }
+}
+
+impl Drop for AddressWatch {
+    fn drop(&mut self) {
+        // SAFETY: a live watch, not used after this. Its work item, if it
+        // was queued, has run: it holds a reference to the registration
+        // that owns this watch, and this drop runs when that is gone.
+        unsafe { raw::peermem_watch_free(self.0.as_ptr()) };
+    }
 }
 
 // ---------------------------------------------------------------------------

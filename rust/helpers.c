@@ -16,11 +16,15 @@
 #include <linux/err.h>
 #include <linux/highmem.h>
 #include <linux/mm.h>
+#include <linux/mmu_notifier.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
 #include <linux/pci.h>
+#include <linux/sched.h>
 #include <linux/scatterlist.h>
+#include <linux/slab.h>
 #include <linux/wait_bit.h>
+#include <linux/workqueue.h>
 #include <linux/xarray.h>
 
 #include "peermem_ffi.h"
@@ -45,6 +49,11 @@ module_param(enable_invalidate, bool, 0444);
 MODULE_PARM_DESC(enable_invalidate,
 		 "Register as an invalidating client, so that freeing GPU memory revokes RDMA access to it (default Y). N: pin persistently, like NVIDIA's non-invalidating client; freed GPU memory then stays allocated until its registrations are gone");
 
+static bool mmu_notifier = true;
+module_param(mmu_notifier, bool, 0444);
+MODULE_PARM_DESC(mmu_notifier,
+		 "Revoke a registration when the registering process unmaps or moves its address range (munmap, mremap), through an mmu interval notifier, as with freed GPU memory (default Y; only with enable_invalidate=Y). N: a registration keeps serving the GPU memory it pinned whatever the address means afterwards, as nvidia-peermem does");
+
 const char *peermem_param_peer_name(void)
 {
 	return peer_name;
@@ -53,6 +62,11 @@ const char *peermem_param_peer_name(void)
 bool peermem_param_enable_invalidate(void)
 {
 	return enable_invalidate;
+}
+
+bool peermem_param_mmu_notifier(void)
+{
+	return mmu_notifier;
 }
 
 /* ---- Scatter-gather tables */
@@ -155,6 +169,139 @@ void peermem_objects_wait(void)
 				       !atomic_read(&peermem_objects), 10 * HZ))
 		pr_info("unloading: waiting for %d registration object(s) still referenced by GPU free callbacks in flight\n",
 			atomic_read(&peermem_objects));
+}
+
+/* ---- Address-space watches (mmu interval notifiers) */
+
+enum {
+	PEERMEM_WATCH_INSERTED,	/* the notifier is in the mm's interval tree */
+	PEERMEM_WATCH_FIRED,	/* the work item was queued (once per watch) */
+};
+
+struct peermem_watch {
+	struct mmu_interval_notifier mni;
+	struct work_struct work;
+	const void *reg;	/* borrowed: alive while INSERTED (see the header) */
+	const void *work_ref;	/* the work item's reference, from hold() */
+	unsigned long flags;
+};
+
+static struct workqueue_struct *peermem_wq;
+static peermem_watch_hold_t peermem_watch_hold;
+static peermem_watch_changed_t peermem_watch_changed;
+
+int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t changed)
+{
+	peermem_watch_hold = hold;
+	peermem_watch_changed = changed;
+	peermem_wq = alloc_workqueue("peermem", WQ_UNBOUND, 0);
+	return peermem_wq ? 0 : -ENOMEM;
+}
+
+void peermem_watch_teardown(void)
+{
+	/* Runs every queued work item first. */
+	if (peermem_wq)
+		destroy_workqueue(peermem_wq);
+	peermem_wq = NULL;
+}
+
+bool peermem_watch_available(void)
+{
+	return IS_ENABLED(CONFIG_MMU_NOTIFIER) && mmu_notifier;
+}
+
+#ifdef CONFIG_MMU_NOTIFIER
+static void peermem_watch_work(struct work_struct *work)
+{
+	struct peermem_watch *w = container_of(work, struct peermem_watch, work);
+
+	/* Consumes the reference; may free w (allowed in a work function). */
+	peermem_watch_changed(w->work_ref);
+}
+
+/*
+ * Called with the mm's invalidation in progress, possibly not allowed to
+ * sleep: queue the work and return. Only an unmap (munmap, the old range
+ * of mremap, MAP_FIXED over it) changes what the addresses mean; a
+ * protection change, soft-dirty tracking or a driver zapping its PTEs does
+ * not, and an exiting process's teardown is followed by the close of its
+ * files, which deregisters.
+ */
+static bool peermem_watch_invalidate(struct mmu_interval_notifier *mni,
+				     const struct mmu_notifier_range *range,
+				     unsigned long cur_seq)
+{
+	struct peermem_watch *w = container_of(mni, struct peermem_watch, mni);
+
+	mmu_interval_set_seq(mni, cur_seq);
+	if (range->event != MMU_NOTIFY_UNMAP)
+		return true;
+	if (!atomic_read(&range->mm->mm_users))
+		return true;
+	if (test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags))
+		return true;
+	w->work_ref = peermem_watch_hold(w->reg);
+	queue_work(peermem_wq, &w->work);
+	return true;
+}
+
+static const struct mmu_interval_notifier_ops peermem_watch_ops = {
+	.invalidate = peermem_watch_invalidate,
+};
+
+struct peermem_watch *peermem_watch_alloc(void)
+{
+	struct peermem_watch *w;
+
+	if (!mmu_notifier || !current->mm || (current->flags & PF_KTHREAD))
+		return NULL;
+	w = kzalloc(sizeof(*w), GFP_KERNEL);
+	if (!w)
+		return ERR_PTR(-ENOMEM);
+	INIT_WORK(&w->work, peermem_watch_work);
+	return w;
+}
+
+int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64 len)
+{
+	int ret;
+
+	if (!current->mm)
+		return -EINVAL;
+	w->reg = reg;
+	ret = mmu_interval_notifier_insert(&w->mni, current->mm, start, len,
+					   &peermem_watch_ops);
+	if (!ret)
+		set_bit(PEERMEM_WATCH_INSERTED, &w->flags);
+	return ret;
+}
+
+void peermem_watch_stop(struct peermem_watch *w)
+{
+	if (test_and_clear_bit(PEERMEM_WATCH_INSERTED, &w->flags))
+		mmu_interval_notifier_remove(&w->mni);
+}
+#else
+struct peermem_watch *peermem_watch_alloc(void)
+{
+	return NULL;
+}
+
+int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64 len)
+{
+	return -EOPNOTSUPP;
+}
+
+void peermem_watch_stop(struct peermem_watch *w)
+{
+}
+#endif
+
+void peermem_watch_free(struct peermem_watch *w)
+{
+	peermem_watch_stop(w);
+	kfree(w);
 }
 
 /* ---- Free-callback references */

@@ -51,6 +51,8 @@ pub(crate) struct Params {
     pub(crate) peer_name: &'static str,
     /// Register as an invalidating client.
     pub(crate) enable_invalidate: bool,
+    /// Revoke registrations whose range the process unmaps or moves.
+    pub(crate) mmu_notifier: bool,
 }
 
 impl Params {
@@ -77,6 +79,7 @@ impl Params {
         Ok(Self {
             peer_name,
             enable_invalidate: ffi::param_enable_invalidate(),
+            mmu_notifier: ffi::param_mmu_notifier(),
         })
     }
 }

@@ -10,8 +10,9 @@
 //! non-invalidating one that pins persistently. Each registration pins its
 //! GPU pages once, in `acquire`, and maps them with contiguous pages
 //! coalesced; when the GPU memory is freed under a live registration the
-//! driver's free callback invalidates it through the core. See
-//! `docs/module.md`.
+//! driver's free callback invalidates it through the core, and so does an
+//! mmu interval notifier when the process unmaps or moves the registered
+//! range. See `docs/module.md`.
 //!
 //! Layout: `ffi` is the only module with raw bindings and C calls;
 //! `client` is the client's logic, `range` the page arithmetic, `stats`
@@ -43,6 +44,7 @@ module! {
 
 struct PeerMem {
     core: Option<ffi::CoreClient>,
+    watches: Option<ffi::Watches>,
     debugfs: Option<ffi::Debugfs>,
     name: &'static str,
 }
@@ -61,6 +63,10 @@ impl kernel::Module for PeerMem {
             }
         };
         client::set_invalidating(params.enable_invalidate);
+        // Before the core can call acquire, which starts watches.
+        let watches = ffi::Watches::setup().inspect_err(|_| {
+            pr_err!("out of memory creating peermem's work queue; try loading it again\n");
+        })?;
         let core = match ffi::CoreClient::register(params.peer_name, params.enable_invalidate) {
             Ok(c) => c,
             Err(e) => {
@@ -72,17 +78,28 @@ impl kernel::Module for PeerMem {
             }
         };
         pr_info!(
-            "version {} loaded, registered as peer-memory client {} ({})\n",
+            "version {} loaded, registered as peer-memory client {} ({}{})\n",
             ffi::VERSION,
             params.peer_name,
             if params.enable_invalidate {
                 "invalidating: freed GPU memory is revoked from RDMA"
             } else {
                 "not invalidating: persistent pins, freed GPU memory stays until deregistration"
+            },
+            match (params.enable_invalidate, ffi::Watches::available()) {
+                (false, _) => "",
+                (true, true) => "; so is a range the process unmaps or moves",
+                (true, false) if !params.mmu_notifier => {
+                    "; mmu_notifier=0: unmapping or moving a registered range does not revoke it"
+                }
+                (true, false) => {
+                    "; this kernel has no MMU notifiers: unmapping or moving a registered range does not revoke it"
+                }
             }
         );
         Ok(Self {
             core: Some(core),
+            watches: Some(watches),
             debugfs,
             name: params.peer_name,
         })
@@ -101,8 +118,11 @@ impl Drop for PeerMem {
                 live
             );
         }
-        // Sleeps until the core released every registration.
+        // Sleeps until the core released every registration (which stops
+        // every address watch).
         drop(self.core.take());
+        // Runs the address-change work items still queued.
+        drop(self.watches.take());
         // A GPU free callback may still be finishing on another CPU.
         ffi::wait_for_objects();
         // Every registry entry holds an object: none can be left now.

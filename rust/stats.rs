@@ -113,7 +113,11 @@ define_stats! {
     free_callbacks_after_put,
     /// Invalidations sent to the core because the GPU memory was freed.
     invalidations_gpu_free,
-    /// Invalidations sent to the core because the process address space changed (MMU notifier).
+    /// Registrations revoked because the process unmapped or moved their
+    /// range (MMU notifier), including ones not registered yet (their
+    /// registration then fails with EFAULT).
+    address_changes,
+    /// Invalidations sent to the core because the process unmapped or moved a registered range (MMU notifier).
     invalidations_mmu_notifier,
     /// Registration objects created (in `acquire`).
     objects_created,
