@@ -53,7 +53,9 @@
 //! takes this lock, with a driver lock held that `put_pages` needs). See
 //! `docs/module.md`.
 
-use crate::ffi::{self, AddressWatch, DmaDevice, DmaMapping, ObjectCount, PageTable, SgTable, SgView};
+use crate::ffi::{
+    self, AddressWatch, DmaDevice, DmaMapping, ObjectCount, PageTable, SgTable, SgView,
+};
 use crate::inject;
 use crate::range::{coalesce, count_segments, GpuRange, SegmentLimits, GPU_PAGE_SIZE};
 use crate::stats::STATS;
@@ -196,7 +198,9 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
     let persistent = !INVALIDATING.load(Ordering::Acquire);
     let oom = || {
         STATS.errors.inc();
-        ffi::warn_ratelimited(c"out of memory in acquire; the registration falls back to the next peer-memory client");
+        ffi::warn_ratelimited(
+            c"out of memory in acquire; the registration falls back to the next peer-memory client",
+        );
     };
     let watch = if persistent {
         None

@@ -345,7 +345,8 @@ impl Drop for Watches {
 unsafe extern "C" fn watch_hold(reg: *const c_void) -> *const c_void {
     // SAFETY: `reg` points to a live registration inside an `Arc` (by the
     // function's safety requirements); `ManuallyDrop` leaves its count alone.
-    let borrowed = core::mem::ManuallyDrop::new(unsafe { Arc::from_raw(reg.cast::<Registration>()) });
+    let borrowed =
+        core::mem::ManuallyDrop::new(unsafe { Arc::from_raw(reg.cast::<Registration>()) });
     Arc::into_raw(Arc::clone(&borrowed)).cast()
 }
 
