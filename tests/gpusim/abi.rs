@@ -65,7 +65,8 @@ pub(crate) struct NvP2pDmaMapping {
 #[repr(C)]
 pub(crate) struct NvP2pRsyncDriver {
     pub(crate) version: u32,
-    pub(crate) get_relaxed_ordering_mode: Option<unsafe extern "C" fn(*mut i32, *mut c_void) -> i32>,
+    pub(crate) get_relaxed_ordering_mode:
+        Option<unsafe extern "C" fn(*mut i32, *mut c_void) -> i32>,
     pub(crate) put_relaxed_ordering_mode: Option<unsafe extern "C" fn(i32, *mut c_void)>,
     pub(crate) wait_for_rsync:
         Option<unsafe extern "C" fn(*mut kernel::bindings::pci_dev, *mut c_void)>,

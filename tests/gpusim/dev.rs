@@ -113,7 +113,13 @@ impl MiscDevice for GpuSimFile {
         // SAFETY: `raw` is being mmap()ed; `private` holds a reference that
         // the vma's close callback (`gpusim_rs_vma_close`) releases.
         let r = unsafe {
-            glue::vma_install(raw, private, &alloc.chunk_phys, alloc.chunk_bytes, alloc.size)
+            glue::vma_install(
+                raw,
+                private,
+                &alloc.chunk_phys,
+                alloc.chunk_bytes,
+                alloc.size,
+            )
         };
         match r {
             Ok(()) => {
@@ -135,7 +141,9 @@ impl MiscDevice for GpuSimFile {
         match cmd {
             IOC_ALLOC => me.ioctl_alloc(file, uptr),
             IOC_FREE => {
-                let req: GpusimFree = UserSlice::new(uptr, size_of::<GpusimFree>()).reader().read()?;
+                let req: GpusimFree = UserSlice::new(uptr, size_of::<GpusimFree>())
+                    .reader()
+                    .read()?;
                 state::free(me.id, req.handle)?;
                 Ok(0)
             }
@@ -172,8 +180,9 @@ impl GpuSimFile {
         let (handle, chunk) = state::alloc(self.id, size)?;
         // SAFETY: `file` is this open file, referenced for the whole ioctl;
         // no gpusim lock is held.
-        let va = match unsafe { glue::map_user(file.as_ptr(), req.addr as usize, size, handle as usize) }
-        {
+        let va = match unsafe {
+            glue::map_user(file.as_ptr(), req.addr as usize, size, handle as usize)
+        } {
             Ok(va) => va,
             Err(e) => {
                 let _ = state::free(self.id, handle);
@@ -188,7 +197,7 @@ impl GpuSimFile {
             let _ = state::free(self.id, handle);
             // SAFETY: Unmapping a range of the current process that this
             // ioctl just mapped; no gpusim lock is held.
-            unsafe { bindings::vm_munmap(va as _, size) };
+            unsafe { bindings::vm_munmap(va as usize, size) };
             return Err(e);
         }
         Ok(0)

@@ -19,8 +19,12 @@ extern "C" {
         chunk_bytes: usize,
         size: usize,
     ) -> c_int;
-    fn gpusim_map_user(file: *mut bindings::file, hint: c_ulong, size: c_ulong, pgoff: c_ulong)
-        -> c_ulong;
+    fn gpusim_map_user(
+        file: *mut bindings::file,
+        hint: c_ulong,
+        size: c_ulong,
+        pgoff: c_ulong,
+    ) -> c_ulong;
     fn gpusim_max_chunk_bytes() -> usize;
     fn gpusim_chunk_alloc(bytes: usize, phys: *mut u64) -> *mut c_void;
     fn gpusim_chunk_free(virt: *mut c_void, bytes: usize);
@@ -107,7 +111,14 @@ pub(crate) unsafe fn vma_install(
 ) -> Result {
     // SAFETY: Guaranteed by the caller; the slice is valid for its length.
     to_result(unsafe {
-        gpusim_vma_install(vma, private, chunk_phys.as_ptr(), chunk_phys.len(), chunk_bytes, size)
+        gpusim_vma_install(
+            vma,
+            private,
+            chunk_phys.as_ptr(),
+            chunk_phys.len(),
+            chunk_bytes,
+            size,
+        )
     })
 }
 

@@ -66,7 +66,10 @@ pub(crate) struct Entry {
 
 impl Entry {
     const fn new() -> Self {
-        Self { calls: Knob::new(0), fail_nth: Knob::new(0) }
+        Self {
+            calls: Knob::new(0),
+            fail_nth: Knob::new(0),
+        }
     }
 
     /// Bookkeeping at the start of an entry point: counts the call, sleeps
@@ -229,5 +232,5 @@ fn populate(dir: &ScopedDir<'_, '_>) {
 
 /// Creates `/sys/kernel/debug/gpusim/`; removed when the result is dropped.
 pub(crate) fn debugfs() -> impl PinInit<Scope<()>> {
-    Scope::dir((), c"gpusim", |_, dir| populate(dir))
+    Scope::dir((), c"gpusim", |(), dir| populate(dir))
 }

@@ -222,11 +222,18 @@ pub(crate) struct State {
 
 impl State {
     const fn new() -> Self {
-        Self { allocs: KVec::new(), pins: KVec::new(), next_handle: 1, rsync: 0 }
+        Self {
+            allocs: KVec::new(),
+            pins: KVec::new(),
+            next_handle: 1,
+            rsync: 0,
+        }
     }
 
     fn alloc_idx(&self, file_id: u64, handle: u64) -> Option<usize> {
-        self.allocs.iter().position(|e| e.file_id == file_id && e.alloc.handle == handle)
+        self.allocs
+            .iter()
+            .position(|e| e.file_id == file_id && e.alloc.handle == handle)
     }
 
     fn pin_idx(&self, key: usize) -> Option<usize> {
@@ -253,7 +260,10 @@ pub(crate) unsafe fn init() {
 pub(crate) fn teardown() {
     let (allocs, pins) = {
         let mut st = STATE.lock();
-        (core::mem::take(&mut st.allocs), core::mem::take(&mut st.pins))
+        (
+            core::mem::take(&mut st.allocs),
+            core::mem::take(&mut st.pins),
+        )
     };
     if !pins.is_empty() {
         pr_warn!(
@@ -307,11 +317,24 @@ pub(crate) fn alloc(file_id: u64, size: usize) -> Result<(u64, usize)> {
     // INVARIANT: `alloc_chunks` returned chunks covering `size` in units
     // of `chunk`, and `chunk_phys` mirrors them.
     let alloc = Arc::new(
-        Alloc { handle, size, chunk_bytes: chunk, chunk_phys, _chunks: chunks, mm },
+        Alloc {
+            handle,
+            size,
+            chunk_bytes: chunk,
+            chunk_phys,
+            _chunks: chunks,
+            mm,
+        },
         GFP_KERNEL,
     )?;
     st.allocs.push(
-        AllocEntry { alloc, file_id, va: 0, vma: 0, map_pending: true },
+        AllocEntry {
+            alloc,
+            file_id,
+            va: 0,
+            vma: 0,
+            map_pending: true,
+        },
         GFP_KERNEL,
     )?;
     st.next_handle += 1;
@@ -345,7 +368,11 @@ pub(crate) fn mmap_claim(
 /// Undoes [`mmap_claim`] when installing the mapping failed.
 pub(crate) fn mmap_unclaim(alloc: &Alloc, vma: usize) {
     let mut st = STATE.lock();
-    if let Some(e) = st.allocs.iter_mut().find(|e| e.alloc.handle == alloc.handle) {
+    if let Some(e) = st
+        .allocs
+        .iter_mut()
+        .find(|e| e.alloc.handle == alloc.handle)
+    {
         if e.vma == vma {
             e.va = 0;
             e.vma = 0;
@@ -357,7 +384,11 @@ pub(crate) fn mmap_unclaim(alloc: &Alloc, vma: usize) {
 /// stays, but its address no longer resolves for get_pages.
 pub(crate) fn vma_closed(alloc: &Alloc, vma: usize) {
     let mut st = STATE.lock();
-    if let Some(e) = st.allocs.iter_mut().find(|e| e.alloc.handle == alloc.handle) {
+    if let Some(e) = st
+        .allocs
+        .iter_mut()
+        .find(|e| e.alloc.handle == alloc.handle)
+    {
         if e.vma == vma {
             e.va = 0;
             e.vma = 0;
@@ -368,7 +399,11 @@ pub(crate) fn vma_closed(alloc: &Alloc, vma: usize) {
 /// mremap() moved the mapping of `alloc` to `vma` at `start`.
 pub(crate) fn vma_moved(alloc: &Alloc, vma: usize, start: usize) {
     let mut st = STATE.lock();
-    if let Some(e) = st.allocs.iter_mut().find(|e| e.alloc.handle == alloc.handle) {
+    if let Some(e) = st
+        .allocs
+        .iter_mut()
+        .find(|e| e.alloc.handle == alloc.handle)
+    {
         if e.vma != 0 {
             e.va = start;
             e.vma = vma;
@@ -380,7 +415,11 @@ pub(crate) fn vma_moved(alloc: &Alloc, vma: usize, start: usize) {
 pub(crate) fn info(file_id: u64, handle: u64) -> Result<(usize, usize, usize, usize)> {
     let st = STATE.lock();
     let e = &st.allocs[st.alloc_idx(file_id, handle).ok_or(ENOENT)?];
-    let pins = st.pins.iter().filter(|p| Arc::ptr_eq(&p.alloc, &e.alloc)).count();
+    let pins = st
+        .pins
+        .iter()
+        .filter(|p| Arc::ptr_eq(&p.alloc, &e.alloc))
+        .count();
     Ok((e.va, e.alloc.size, e.alloc.chunk_bytes, pins))
 }
 
@@ -455,7 +494,7 @@ fn check_range(va: u64, len: u64) -> Result<usize> {
     }
     va.checked_add(len).ok_or(EINVAL)?;
     let entries = len / GPU_PAGE;
-    if entries > u32::MAX as u64 {
+    if entries > u64::from(u32::MAX) {
         return Err(EINVAL);
     }
     Ok(entries as usize)
@@ -478,7 +517,11 @@ pub(crate) fn get_pages(
 
     let mut st = STATE.lock();
     let (base, alloc) = {
-        let e = st.allocs.iter().find(|e| e.contains(mm, va)).ok_or(EINVAL)?;
+        let e = st
+            .allocs
+            .iter()
+            .find(|e| e.contains(mm, va))
+            .ok_or(EINVAL)?;
         (e.va as u64, e.alloc.clone())
     };
     // A range running past the allocation (into a neighbour or a hole) is

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Style (host, no VM): the Rust code of peermem (rust/) and of gpusim
+# (tests/gpusim/) is formatted with the kernel's rustfmt settings, and both
+# build against the rig kernel with the kernel's clippy lints (CLIPPY=1)
+# without a single warning. The builds run in scratch copies, so the
+# checkout's objects are not touched. Prints TAP.
+#
+#   KDIR=<rig kernel tree> tests/host/style/run.sh
+#
+# KDIR defaults to what scripts/kernel.sh --print-kdir says (the rig kernel).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../../../scripts/lib.sh"
+
+echo "1..3"
+n=0 fails=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
+
+kdir=${KDIR:-}
+[ -n "$kdir" ] || kdir=$("$PEERMEM_ROOT/scripts/kernel.sh" --print-kdir 2>/dev/null | tail -n 1)
+if [ -z "$kdir" ] || [ ! -f "$kdir/.config" ]; then
+	for t in "rustfmt" "peermem clippy" "gpusim clippy"; do notok "$t: no rig kernel tree (KDIR='$kdir'); build it with scripts/kernel.sh"; done
+	exit 1
+fi
+src=$kdir; [ -e "$kdir/source" ] && src=$(readlink -f "$kdir/source")
+log=$PEERMEM_CACHE/logs/style
+mkdir -p "$log" || { echo "Bail out! cannot create $log"; exit 1; }
+
+# --- rustfmt, with the kernel's .rustfmt.toml (what `make rustfmt` uses)
+cd "$PEERMEM_ROOT" || exit 1
+files=()
+for f in rust/*.rs tests/gpusim/*.rs; do
+	[ "$f" = rust/ffi_generated.rs ] || files+=("$f")	# bindgen's output
+done
+if ! command -v rustfmt >/dev/null; then
+	notok "rustfmt: not installed (rustup component add rustfmt, or scripts/setup-host.sh)"
+elif rustfmt --edition 2021 --config-path "$src/.rustfmt.toml" --check "${files[@]}" >"$log/rustfmt.log" 2>&1; then
+	ok "rustfmt: ${#files[@]} Rust files formatted with the kernel's settings"
+else
+	notok "rustfmt: files differ from the kernel's formatting (fix: rustfmt --edition 2021 --config-path $src/.rustfmt.toml <file>)"
+	grep '^Diff in' "$log/rustfmt.log" | sed 's/^/#   /' | head -n 20
+fi
+
+# --- clippy: the kernel's lint set, every warning is a failure
+extra=()
+[ -f "$kdir/.peermem-make-args" ] && read -ra extra <"$kdir/.peermem-make-args"
+scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
+clippy() { # clippy NAME LOG DIR MAKE-ARGS...: build with CLIPPY=1, no warning allowed
+	local name=$1 lg=$2 dir=$3; shift 3
+	if make -C "$dir" -j3 KDIR="$kdir" "${extra[@]}" CLIPPY=1 "$@" >"$lg" 2>&1; then
+		local w; w=$(grep -c '^warning' "$lg")
+		if [ "$w" = 0 ]; then ok "$name: builds with CLIPPY=1, no warning"
+		else notok "$name: $w clippy warning(s) (log: $lg)"; grep -A6 -m 5 '^warning' "$lg" | sed 's/^/#   /'; fi
+	else
+		notok "$name: the CLIPPY=1 build failed (log: $lg)"
+		grep -E -m 10 '^(error|warning)' "$lg" | sed 's/^/#   /'
+	fi
+}
+mkdir "$scratch/peermem"
+cp -r Kbuild Makefile rust include scripts "$scratch/peermem"/
+rm -f "$scratch"/peermem/rust/ffi_generated.rs "$scratch"/peermem/rust/*.o
+clippy "peermem clippy" "$log/peermem.log" "$scratch/peermem" PEERMEM_UNRESOLVED_OK=1
+# gpusim includes ../../include/: keep the layout.
+mkdir -p "$scratch/gs/tests"
+cp -r include "$scratch/gs/"
+cp -r tests/gpusim "$scratch/gs/tests/"
+(cd "$scratch/gs/tests/gpusim" && rm -f ./*.o ./*.ko ./*.mod* Module.symvers modules.order testclient/*.o testclient/*.ko)
+clippy "gpusim clippy" "$log/gpusim.log" "$scratch/gs/tests/gpusim" gpusim
+[ "$fails" = 0 ]
