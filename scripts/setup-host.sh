@@ -97,8 +97,11 @@ fi
 
 pm_stage "host: rust toolchain"
 pm_need_cmd rustup "install Rust with rustup (https://rustup.rs), then re-run"
-rustup component list --installed 2>/dev/null | grep -q '^rust-src' ||
-	rustup component add rust-src >/dev/null || pm_die "rustup component add rust-src failed"
+# rust-src for the kernel's Rust; rustfmt and clippy for tests/host/style.
+for c in rust-src rustfmt clippy; do
+	rustup component list --installed 2>/dev/null | grep -q "^$c" ||
+		rustup component add "$c" >/dev/null || pm_die "rustup component add $c failed"
+done
 if ! bindgen --version 2>/dev/null | grep -q "bindgen $BINDGEN_VERSION"; then
 	pm_log "cargo install bindgen-cli $BINDGEN_VERSION"
 	cargo install --locked --quiet bindgen-cli --version "$BINDGEN_VERSION" ||
