@@ -59,7 +59,7 @@ use crate::ffi::{
 use crate::inject;
 use crate::range::{coalesce, count_segments, GpuRange, SegmentLimits, GPU_PAGE_SIZE};
 use crate::stats::STATS;
-use crate::sync::{new_lock, Lock};
+use crate::sync::{new_condvar, new_lock, CondVar, Lock};
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -115,6 +115,11 @@ struct Inner {
     /// The process unmapped or moved the range: the registration is dead
     /// (invalidated, unpinned), and `get_pages`/`dma_map` fail.
     revoked: bool,
+    /// Calls of the core's invalidate for this registration's ticket that
+    /// are running (free callback, address change). `release` waits for
+    /// none: until it returns the core keeps its client registered, which
+    /// the call needs (module unload would free it).
+    invalidating: u32,
 }
 
 /// One range claimed in `acquire`.
@@ -132,6 +137,9 @@ pub(crate) struct Registration {
     _live: Live,
     #[pin]
     inner: Lock<Inner>,
+    /// Signalled when `inner.invalidating` drops to 0.
+    #[pin]
+    invalidated: CondVar,
 }
 
 /// Counts a registration object as alive, for the statistics and for
@@ -219,9 +227,16 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
             watch,
             _live: Live::new(),
             inner <- new_lock!(
-                Inner { phase: Phase::New, ticket: None, sgt: None, revoked: false },
+                Inner {
+                    phase: Phase::New,
+                    ticket: None,
+                    sgt: None,
+                    revoked: false,
+                    invalidating: 0,
+                },
                 "peermem_registration"
             ),
+            invalidated <- new_condvar!("peermem_registration_invalidated"),
         }),
         GFP_KERNEL,
     ) {
@@ -517,6 +532,16 @@ pub(crate) fn page_size(_reg: &Registration) -> u64 {
 pub(crate) fn release(reg: Arc<Registration>) {
     // The notifier takes references until stopped: before the core's goes.
     reg.stop_watch();
+    // A free callback or an address change may still be inside the core's
+    // invalidate with this registration's ticket (it found nothing to do:
+    // the core tore the mapping down first). The core must stay registered
+    // until that call returned, and it does while we are in release.
+    {
+        let mut g = reg.inner.lock();
+        while g.invalidating != 0 {
+            reg.invalidated.wait(&mut g);
+        }
+    }
     // Pinned still if the core gave up before get_pages or after it failed.
     reg.unpin();
     STATS.registrations_released.inc();
@@ -540,12 +565,12 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
             Phase::Pinned(pt) => {
                 count_unpinned(pt.entries());
                 pt.give_to_driver();
-                (g.ticket, None)
+                (g.begin_invalidate(), None)
             }
             Phase::Mapped(pt, mapping) => {
                 count_unpinned(pt.entries());
                 pt.give_to_driver();
-                (g.ticket, Some(mapping))
+                (g.begin_invalidate(), Some(mapping))
             }
             Phase::Unpinning { .. } => {
                 // put_pages is giving the table back right now; it will see this.
@@ -573,6 +598,7 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
         if ffi::core_invalidate(ticket).is_some() {
             STATS.invalidations_gpu_free.inc();
         }
+        reg.end_invalidate();
     }
     if let Some(mapping) = mapping {
         if let Mapping::Pci(m) = mapping {
@@ -596,7 +622,7 @@ pub(crate) fn address_changed(reg: Arc<Registration>) {
             return;
         }
         g.revoked = true;
-        g.ticket
+        g.begin_invalidate()
     };
     STATS.address_changes.inc();
     // Without a ticket the core has not called get_pages yet; it will fail.
@@ -604,6 +630,7 @@ pub(crate) fn address_changed(reg: Arc<Registration>) {
         if ffi::core_invalidate(ticket).is_some() {
             STATS.invalidations_mmu_notifier.inc();
         }
+        reg.end_invalidate();
     }
     {
         let mut g = reg.inner.lock();
@@ -618,7 +645,27 @@ pub(crate) fn address_changed(reg: Arc<Registration>) {
     reg.unpin();
 }
 
+impl Inner {
+    /// The ticket to invalidate, if the core gave one; counts the call as
+    /// running until [`Registration::end_invalidate`].
+    fn begin_invalidate(&mut self) -> Option<u64> {
+        if self.ticket.is_some() {
+            self.invalidating += 1;
+        }
+        self.ticket
+    }
+}
+
 impl Registration {
+    /// The core's invalidate returned (after [`Inner::begin_invalidate`] gave a ticket).
+    fn end_invalidate(&self) {
+        let mut g = self.inner.lock();
+        g.invalidating -= 1;
+        if g.invalidating == 0 {
+            self.invalidated.notify_all();
+        }
+    }
+
     /// Stops the address-space watch, if any (see [`AddressWatch::start`]).
     fn stop_watch(&self) {
         if let Some(w) = &self.watch {

@@ -561,6 +561,8 @@ impl Drop for CoreClient {
 ///
 /// Must not be called with a lock held that `get_pages`/`dma_map` take:
 /// the core waits for the mapping lock, held across those.
+/// The caller must keep the registration of `ticket` from being released
+/// until this returns (see the safety comment inside).
 pub(crate) fn core_invalidate(ticket: u64) -> Option<i32> {
     let f = CORE_INVALIDATE.load(Ordering::Acquire);
     let handle = CORE_HANDLE.load(Ordering::Acquire);
@@ -570,10 +572,11 @@ pub(crate) fn core_invalidate(ticket: u64) -> Option<i32> {
     // SAFETY: `f` is the address of the core's `invalidate_peer_memory`
     // function, stored by `CoreClient::register` from what the core wrote.
     let f: unsafe extern "C" fn(*mut c_void, u64) -> c_int = unsafe { core::mem::transmute(f) };
-    // SAFETY: `handle` is the live registration: a free callback can only
-    // run for a registration object, and those exist only between
-    // `acquire` (which needs `READY`) and `release`, all before
-    // unregistration returns.
+    // SAFETY: `handle` is the live registration: callers invalidate a
+    // ticket of a registration the core has not released yet and count the
+    // call as running in it (`client::Inner::begin_invalidate`); the core's
+    // `release` of that registration waits until no call is running, and
+    // unregistration returns only after every `release` returned.
     Some(unsafe { f(handle, ticket) })
 }
 
