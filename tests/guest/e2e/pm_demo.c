@@ -132,6 +132,58 @@ static size_t same_bytes(const uint8_t *a, const uint8_t *b, size_t len)
 	return n;
 }
 
+/*
+ * munmap of a registered range: the address no longer means the GPU
+ * memory, and the client revokes the MR (asynchronously, from a work item).
+ */
+static void unmap_step(struct conn *c, struct ibv_mr *hmr, uint8_t *hbuf, int fd)
+{
+	size_t len = 256 * 1024;
+	struct peer_stats s0, s1;
+	long long a0, a1;
+	struct gpu_buf g2;
+	struct ibv_mr *mr;
+	int rc, st;
+
+	step("Unmap a registered GPU range (munmap while the MR is registered)");
+	if ((rc = gpu_alloc(&g2, fd, len))) {
+		say(0, "cannot allocate gpusim memory: %s", strerror(-rc));
+		return;
+	}
+	mr = ibv_reg_mr(c->pd, g2.p, len, ACC);
+	if (!mr) {
+		say(0, "ibv_reg_mr on %zu KiB of GPU memory: %s", len / 1024, strerror(errno));
+		gpu_free(&g2);
+		gpu_unmap(&g2);
+		return;
+	}
+	say(1, "another %zu KiB of GPU memory at %p registered: rkey 0x%x", len / 1024,
+	    (void *)g2.p, mr->rkey);
+	peer_stats(C->core_name, &s0);
+	a0 = read_ll("%s/address_changes", C->dbg);
+	rc = munmap(g2.p, len);
+	{
+		double end = now_s() + 20;
+
+		while (peer_stats(C->core_name, &s1) == 0 &&
+		       s1.invalidated_mrs == s0.invalidated_mrs && now_s() < end)
+			usleep(20000);
+	}
+	a1 = read_ll("%s/address_changes", C->dbg);
+	say(rc == 0 && s1.invalidated_mrs == s0.invalidated_mrs + 1 && a1 == a0 + 1,
+	    "munmap -> %d; the client's mmu notifier saw the range go and revoked the MR through ib_core: address_changes %lld -> %lld, num_invalidated_mrs %lld -> %lld (the GPU memory itself is still allocated)",
+	    rc, a0, a1, s0.invalidated_mrs, s1.invalidated_mrs);
+	st = xfer(c, IBV_WR_RDMA_WRITE, hmr, hbuf, 65536, (uintptr_t)g2.p, mr->rkey);
+	say(st > 0, "RDMA WRITE through the old rkey: the HCA refused it (%s), so it can no longer reach memory the address stopped meaning",
+	    st > 0 ? ibv_wc_status_str(st) : "it did NOT refuse");
+	conn_qps(c);
+	rc = ibv_dereg_mr(mr);
+	say(rc == 0, "ibv_dereg_mr -> %d", rc);
+	g2.p = NULL;	/* unmapped already */
+	rc = gpu_free(&g2);
+	say(rc == 0, "GPUSIM_IOC_FREE of that allocation -> %d (no free callback: the client had let go)", rc);
+}
+
 int main(int argc, char **argv)
 {
 	struct peer_stats s0, s1;
@@ -258,6 +310,10 @@ int main(int argc, char **argv)
 	step("ibv_dereg_mr on the invalidated MR");
 	rc = ibv_dereg_mr(mr);
 	say(rc == 0, "-> %d (deregistering an invalidated MR still succeeds)", rc);
+
+	/* A client that watches address-space changes (peermem's mmu notifier). */
+	if (C->dbg && read_ll("%s/address_changes", C->dbg) >= 0)
+		unmap_step(&c, hmr, hbuf, fd);
 	gpu_unmap(&g);
 	ibv_dereg_mr(hmr);
 	conn_close(&c);
