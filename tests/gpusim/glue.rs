@@ -32,6 +32,54 @@ extern "C" {
     fn gpusim_pci_dma_capable(pdev: *mut bindings::pci_dev) -> bool;
     fn gpusim_dma_map(pdev: *mut bindings::pci_dev, phys: u64, len: usize, dma: *mut u64) -> c_int;
     fn gpusim_dma_unmap(pdev: *mut bindings::pci_dev, dma: u64, len: usize);
+    fn gpusim_mm_get_current() -> *mut bindings::mm_struct;
+    fn gpusim_mm_put(mm: *mut bindings::mm_struct);
+    fn gpusim_current_mm_id() -> usize;
+}
+
+/// Identity of the calling task's address space; `EINVAL` for a kernel
+/// thread. Read in C (see `gpusim_mm_get_current`).
+pub(crate) fn current_mm_id() -> Result<usize> {
+    // SAFETY: FFI call without preconditions.
+    match unsafe { gpusim_current_mm_id() } {
+        0 => Err(EINVAL),
+        id => Ok(id),
+    }
+}
+
+/// A reference (`mmgrab`) to the address space of the task that made it:
+/// keeps its identity from being reused by another process.
+///
+/// # Invariants
+///
+/// `0` is an `mm_struct` this object holds an `mmgrab` reference to.
+pub(crate) struct MmRef(core::ptr::NonNull<bindings::mm_struct>);
+
+// SAFETY: an mm reference may be held and dropped from any thread.
+unsafe impl Send for MmRef {}
+// SAFETY: only the pointer value is read through `&self`.
+unsafe impl Sync for MmRef {}
+
+impl MmRef {
+    /// The calling task's address space; `EINVAL` for a kernel thread.
+    pub(crate) fn current() -> Result<Self> {
+        // SAFETY: FFI call without preconditions.
+        let mm = unsafe { gpusim_mm_get_current() };
+        // INVARIANT: a non-NULL result carries the reference.
+        core::ptr::NonNull::new(mm).map(Self).ok_or(EINVAL)
+    }
+
+    /// Its identity, comparable with [`current_mm_id`].
+    pub(crate) fn id(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
+impl Drop for MmRef {
+    fn drop(&mut self) {
+        // SAFETY: the reference this object holds (type invariant).
+        unsafe { gpusim_mm_put(self.0.as_ptr()) };
+    }
 }
 
 /// Converts a C `0 / -errno` return into a `Result`.

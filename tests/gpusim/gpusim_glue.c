@@ -19,6 +19,7 @@
 #include <linux/err.h>
 #include <linux/gfp.h>
 #include <linux/mm.h>
+#include <linux/sched/mm.h>
 #include <linux/mman.h>
 #include <linux/module.h>
 #include <linux/pci.h>
@@ -246,4 +247,31 @@ int gpusim_dma_map(struct pci_dev *pdev, u64 phys, size_t len, u64 *dma)
 void gpusim_dma_unmap(struct pci_dev *pdev, u64 dma, size_t len)
 {
 	dma_unmap_page_attrs(&pdev->dev, dma, len, DMA_BIDIRECTIONAL, 0);
+}
+
+/*
+ * The calling task's address space, with a reference (mmgrab) that keeps
+ * the mm_struct (not its mappings) alive, or NULL for a kernel thread.
+ * Read here in C: the Rust kernel crate's task_struct layout on the rig's
+ * debug kernel put current()->mm at another offset (each thread of a
+ * process saw a different "mm", a pointer into its own task_struct).
+ */
+struct mm_struct *gpusim_mm_get_current(void)
+{
+	struct mm_struct *mm = current->mm;
+
+	if (mm)
+		mmgrab(mm);
+	return mm;
+}
+
+void gpusim_mm_put(struct mm_struct *mm)
+{
+	mmdrop(mm);
+}
+
+/* Identity of the calling task's address space (0 for a kernel thread). */
+unsigned long gpusim_current_mm_id(void)
+{
+	return (unsigned long)current->mm;
 }

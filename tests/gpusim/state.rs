@@ -20,9 +20,7 @@ use crate::knobs::{self, *};
 use core::ptr;
 use kernel::bindings;
 use kernel::ffi::{c_int, c_void};
-use kernel::mm::Mm;
 use kernel::prelude::*;
-use kernel::sync::aref::ARef;
 use kernel::sync::atomic::Relaxed;
 use kernel::sync::{global_lock, Arc};
 
@@ -44,7 +42,7 @@ pub(crate) struct Alloc {
     _chunks: KVec<Chunk>,
     /// The address space it was allocated in (identity only; holding the
     /// reference keeps the pointer from being reused by another process).
-    mm: ARef<Mm>,
+    mm: glue::MmRef,
 }
 
 impl Alloc {
@@ -54,7 +52,7 @@ impl Alloc {
     }
 
     fn in_mm(&self, mm: usize) -> bool {
-        self.mm.as_raw() as usize == mm
+        self.mm.id() == mm
     }
 }
 
@@ -280,10 +278,7 @@ pub(crate) fn teardown() {
 /// The current process's address space (identity), or EINVAL for a kernel
 /// thread.
 fn current_mm() -> Result<usize> {
-    match kernel::current!().mm() {
-        Some(mm) => Ok(mm.as_raw() as usize),
-        None => Err(EINVAL),
-    }
+    glue::current_mm_id()
 }
 
 /// Contiguity for a new allocation of `size` bytes (from `contig_bytes`).
@@ -299,10 +294,7 @@ fn chunk_for(size: usize) -> usize {
 /// Creates an allocation of `size` bytes (a multiple of 64 KiB) for the
 /// open file `file_id`, waiting to be mapped. Returns (handle, chunk bytes).
 pub(crate) fn alloc(file_id: u64, size: usize) -> Result<(u64, usize)> {
-    let mm = match kernel::current!().mm() {
-        Some(mm) => ARef::<Mm>::from(&**mm),
-        None => return Err(EINVAL),
-    };
+    let mm = glue::MmRef::current()?;
     let chunk = chunk_for(size);
     let chunks = alloc_chunks(size, chunk)?;
     let mut chunk_phys = KVec::with_capacity(chunks.len(), GFP_KERNEL)?;

@@ -4,6 +4,8 @@
  * the test client: alignment, ownership (foreign process), ranges crossing
  * allocations, bad arguments, CPU-addressable physical pages, double put.
  */
+#include <pthread.h>
+
 #include "gpusim_test.h"
 
 #define NPAGES 8
@@ -184,6 +186,64 @@ static void test_foreign(int tc, char *p)
 	close(to_child[1]);
 }
 
+/* ---- threads: the process, not the thread, owns gpusim memory */
+
+struct thr_job {
+	int fd, tc, ret;
+	char *p;		/* in: memory to pin; out: memory allocated */
+	uint64_t handle;
+};
+
+static void *thr_pin(void *arg)
+{
+	struct thr_job *j = arg;
+	struct gpusim_tc_req q;
+
+	j->ret = tc_get(j->tc, j->p, GPU_PAGE, 0, &q);
+	if (j->ret == 0)
+		tc_id(j->tc, GPUSIM_TC_PUT, q.id, 0, &q);
+	return NULL;
+}
+
+static void *thr_alloc(void *arg)
+{
+	struct thr_job *j = arg;
+
+	j->p = gs_alloc(j->fd, SZ, &j->handle);
+	return NULL;
+}
+
+static void test_threads(int fd, int tc, char *p)
+{
+	struct gpusim_tc_req q;
+	struct thr_job j = { .fd = fd, .tc = tc, .p = p };
+	pthread_t t;
+	int ret;
+
+	/* What NCCL does: register from a thread other than the allocating one. */
+	if (pthread_create(&t, NULL, thr_pin, &j))
+		bail("pthread_create");
+	pthread_join(t, NULL);
+	ok(j.ret == 0, "a second thread of the process pins memory the main thread allocated (%d)", j.ret);
+
+	/*
+	 * A thread allocates and exits; the main thread pins and frees. gpusim
+	 * once kept a "reference to the address space" that pointed into the
+	 * allocating thread's task_struct: this was a KASAN use-after-free.
+	 */
+	memset(&j, 0, sizeof(j));
+	j.fd = fd;
+	if (pthread_create(&t, NULL, thr_alloc, &j))
+		bail("pthread_create");
+	pthread_join(t, NULL);
+	ret = tc_get(tc, j.p, GPU_PAGE, 0, &q);
+	ok(ret == 0, "the main thread pins memory an exited thread allocated (%d)", ret);
+	if (ret == 0)
+		tc_id(tc, GPUSIM_TC_PUT, q.id, 0, &q);
+	munmap(j.p, SZ);
+	ok(gs_free(fd, j.handle) == 0, "and frees it after the thread is gone");
+}
+
 int main(void)
 {
 	int fd, tc;
@@ -200,6 +260,7 @@ int main(void)
 	test_bad(tc, p);
 	test_crossing(fd, tc);
 	test_foreign(tc, p);
+	test_threads(fd, tc, p);
 
 	close(tc);
 	munmap(p, SZ);

@@ -11,6 +11,23 @@
 #define LEN (1024 * 1024UL)		/* 16 GPU pages */
 #define NPAGES (LEN / GPU_PAGE)
 
+struct thr_reg {
+	struct ibv_pd *pd;
+	void *p;
+	size_t len;
+	struct ibv_mr *mr;
+	int err;
+};
+
+static void *thr_reg(void *arg)
+{
+	struct thr_reg *r = arg;
+
+	r->mr = ibv_reg_mr(r->pd, r->p, r->len, MR_ACCESS);
+	r->err = r->mr ? 0 : errno;
+	return NULL;
+}
+
 int main(void)
 {
 	struct peer_stats s0, s1;
@@ -114,11 +131,30 @@ int main(void)
 			bail("cannot recreate the QPs");
 		ok(ibv_dereg_mr(smr) == 0, "ibv_dereg_mr of the sub-range MR");
 	}
+
+	/* Another thread registers (NCCL's proxy thread does): same process, same memory. */
+	{
+		struct thr_reg tr = { .pd = c.pd, .p = g.p, .len = LEN };
+		pthread_t t;
+
+		if (pthread_create(&t, NULL, thr_reg, &tr))
+			bail("pthread_create");
+		pthread_join(t, NULL);
+		ok(tr.mr != NULL, "ibv_reg_mr from a second thread of the process works (%s)",
+		   tr.mr ? "ok" : strerror(tr.err));
+		if (tr.mr) {
+			fill(h, 4096, 0x7777);
+			rc = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h, 4096, (uintptr_t)g.p + 8192, tr.mr->rkey);
+			ok(rc == 0 && !memcmp(g.p + 8192, h, 4096),
+			   "RDMA WRITE through that MR lands (status %d)", rc);
+			ok(ibv_dereg_mr(tr.mr) == 0, "ibv_dereg_mr of the thread's MR");
+		}
+	}
 	ok(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr of the GPU MR");
 	peer_stats(pm_name, &s1);
-	ok(peer_stats_balanced(&s1) && s1.alloc_mrs == 2 && s1.free_callbacks == 0,
+	ok(peer_stats_balanced(&s1) && s1.alloc_mrs == 3 && s1.free_callbacks == 0,
 	   "core counters balanced after deregistration");
-	ok(pm_idle() && pm("registrations_released") == 2 && pm("objects_freed") == 2,
+	ok(pm_idle() && pm("registrations_released") == 3 && pm("objects_freed") == 3,
 	   "peermem: nothing registered, pinned or mapped; both objects freed");
 	ok(gs("live_pins") == 0 && gs("live_allocs") == 1, "gpusim: no pin left, the allocation stays");
 	ok(gmem_free(fd, &g) == 0 && gs("free_callbacks") == 0,
