@@ -185,9 +185,10 @@ struct gmem {
 	uint32_t chunk;
 };
 
-static int gmem_alloc(int fd, size_t len, struct gmem *g)
+/* A gpusim allocation of len bytes, mapped at addr (64 KiB aligned) or, for NULL, anywhere. */
+static int gmem_alloc_at(int fd, size_t len, void *addr, struct gmem *g)
 {
-	struct gpusim_alloc a = { .size = len };
+	struct gpusim_alloc a = { .size = len, .addr = (uintptr_t)addr };
 
 	memset(g, 0, sizeof(*g));
 	if (ioctl(fd, GPUSIM_IOC_ALLOC, &a))
@@ -196,6 +197,41 @@ static int gmem_alloc(int fd, size_t len, struct gmem *g)
 	g->handle = a.handle;
 	g->len = len;
 	g->chunk = a.chunk_bytes;
+	return 0;
+}
+
+static int gmem_alloc(int fd, size_t len, struct gmem *g)
+{
+	return gmem_alloc_at(fd, len, NULL, g);
+}
+
+/*
+ * Child of an exit test: registers len bytes of GPU memory (filled with
+ * seed), reads from it once, and returns 0 to exit holding the MR and the
+ * memory; gpusim_first: open /dev/gpusim before uverbs (the other order
+ * of teardown at exit). Non-zero: which step failed.
+ */
+static int exit_child(int gpusim_first, size_t len, uint32_t seed)
+{
+	struct ibv_mr *mr;
+	struct conn cc;
+	struct gmem g;
+	int fd = -1;
+
+	if (gpusim_first)
+		fd = open("/dev/gpusim", O_RDWR);
+	if (conn_open(&cc))
+		return 20;
+	if (!gpusim_first)
+		fd = open("/dev/gpusim", O_RDWR);
+	if (fd < 0 || gmem_alloc(fd, len, &g))
+		return 21;
+	fill(g.p, len, seed);
+	mr = ibv_reg_mr(cc.pd, g.p, len, MR_ACCESS);
+	if (!mr)
+		return 22;
+	if (rdma_op(&cc, IBV_WR_RDMA_READ, mr, g.p, 4096, (uintptr_t)g.p + 8192, mr->rkey))
+		return 23;
 	return 0;
 }
 

@@ -28,31 +28,6 @@ static int wait_invalidated(const struct peer_stats *s0, long long n, struct pee
 	return 0;
 }
 
-/* Child: registers GPU memory and exits holding it. gpusim_first: open /dev/gpusim before uverbs. */
-static int exit_child(int gpusim_first)
-{
-	struct ibv_mr *mr;
-	struct conn cc;
-	struct gmem g;
-	int fd = -1;
-
-	if (gpusim_first)
-		fd = open("/dev/gpusim", O_RDWR);
-	if (conn_open(&cc))
-		return 20;
-	if (!gpusim_first)
-		fd = open("/dev/gpusim", O_RDWR);
-	if (fd < 0 || gmem_alloc(fd, LEN, &g))
-		return 21;
-	fill(g.p, LEN, 0x5151);
-	mr = ibv_reg_mr(cc.pd, g.p, LEN, MR_ACCESS);
-	if (!mr)
-		return 22;
-	if (rdma_op(&cc, IBV_WR_RDMA_READ, mr, g.p, 4096, (uintptr_t)g.p + 8192, mr->rkey))
-		return 23;
-	return 0;	/* exit with the MR registered and the memory allocated */
-}
-
 /* Idle, except for the CPU mapping of a freed allocation. */
 static int all_idle_but_vma(void)
 {
@@ -205,7 +180,7 @@ int main(void)
 		fflush(stdout);
 		pid = fork();
 		if (pid == 0)
-			_exit(exit_child(i));
+			_exit(exit_child(i, LEN, 0x5151));
 		st = -1;
 		waitpid(pid, &st, 0);
 		ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,

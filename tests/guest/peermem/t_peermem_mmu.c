@@ -157,21 +157,6 @@ static int param_is(const char *want)
 
 /* ---- gpusim ---- */
 
-/* A gpusim allocation of len bytes mapped at addr (64 KiB aligned, free). */
-static int gmem_alloc_at(size_t len, void *addr, struct gmem *g)
-{
-	struct gpusim_alloc a = { .size = len, .addr = (uintptr_t)addr };
-
-	memset(g, 0, sizeof(*g));
-	if (ioctl(fd, GPUSIM_IOC_ALLOC, &a))
-		return -errno;
-	g->p = (uint8_t *)(uintptr_t)a.addr;
-	g->handle = a.handle;
-	g->len = len;
-	g->chunk = a.chunk_bytes;
-	return 0;
-}
-
 static int ginfo(const struct gmem *g, struct gpusim_info *inf)
 {
 	memset(inf, 0, sizeof(*inf));
@@ -361,7 +346,7 @@ static void test_ignored(void)
 		bail("mmap: %s", strerror(errno));
 	q = (uint8_t *)(((uintptr_t)area + 2 * GPU_PAGE - 1) & ~(GPU_PAGE - 1));
 	memset(area, 0x5a, area_len);
-	if (munmap(q, LEN) || gmem_alloc_at(LEN, q, &g) || g.p != q)
+	if (munmap(q, LEN) || gmem_alloc_at(fd, LEN, q, &g) || g.p != q)
 		bail("cannot place a GPU allocation between two host mappings: %s", strerror(errno));
 	fill(g.p, LEN, 0x3131);
 	memcpy(saved, g.p, LEN);
@@ -546,31 +531,6 @@ static void test_unwatched(const char *args)
 		all_diag();
 }
 
-/* 6. Child: registers GPU memory and exits holding it. gpusim_first: open /dev/gpusim before uverbs. */
-static int exit_child(int gpusim_first)
-{
-	struct ibv_mr *mr;
-	struct conn cc;
-	struct gmem g;
-	int cfd = -1;
-
-	if (gpusim_first)
-		cfd = open("/dev/gpusim", O_RDWR);
-	if (conn_open(&cc))
-		return 20;
-	if (!gpusim_first)
-		cfd = open("/dev/gpusim", O_RDWR);
-	if (cfd < 0 || gmem_alloc(cfd, LEN, &g))
-		return 21;
-	fill(g.p, LEN, 0x7171);
-	mr = ibv_reg_mr(cc.pd, g.p, LEN, MR_ACCESS);
-	if (!mr)
-		return 22;
-	if (rdma_op(&cc, IBV_WR_RDMA_READ, mr, g.p, 4096, (uintptr_t)g.p + 8192, mr->rkey))
-		return 23;
-	return 0;	/* exit with the MR registered and the memory allocated */
-}
-
 static void test_exit(void)
 {
 	struct snap s0, s1;
@@ -584,7 +544,7 @@ static void test_exit(void)
 		fflush(stdout);
 		pid = fork();
 		if (pid == 0)
-			_exit(exit_child(i));
+			_exit(exit_child(i, LEN, 0x7171));
 		st = -1;
 		waitpid(pid, &st, 0);
 		ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
