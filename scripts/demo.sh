@@ -6,7 +6,10 @@
 # it under the live MR, show the counters, unload, and check the kernel
 # stayed clean. Every step prints its elapsed time.
 #
-#   scripts/demo.sh [--skip-setup] [--kdir DIR]
+#   scripts/demo.sh [--skip-setup] [--kdir DIR] [--bench [ROUNDS]]
+#
+# --bench: the same setup and builds, then the benchmarks instead of the
+# demo (tests/bench/bench_peermem; scripts/bench.sh says this for you).
 set -euo pipefail
 # Read whole before running (the braces below): a script edited while it
 # runs, or waits for a lock, must not change under the running shell.
@@ -14,13 +17,15 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$PEERMEM_ROOT"
 
-skip_setup=0 kdir=
+skip_setup=0 kdir= bench= bench_rounds=20
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--skip-setup) skip_setup=1; shift ;;
 	--kdir) [ -n "${2:-}" ] || pm_die "--kdir needs a directory"; kdir=$2; shift 2 ;;
+	--bench) bench=1; shift
+		if [[ "${1:-}" =~ ^[0-9]+$ ]]; then bench_rounds=$1; shift; fi ;;
 	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) pm_die "unknown argument '$1'; usage: scripts/demo.sh [--skip-setup] [--kdir DIR]" ;;
+	*) pm_die "unknown argument '$1'; usage: scripts/demo.sh [--skip-setup] [--kdir DIR] [--bench [ROUNDS]]" ;;
 	esac
 done
 
@@ -53,6 +58,13 @@ build . "peermem module"
 build tests/refclient "reference client"
 build tests/guest/e2e "demo program"
 
+if [ -n "$bench" ]; then
+	build tests/bench "benchmarks"
+	pm_stage "demo: boot the rig and run tests/bench/bench_peermem $bench_rounds in it"
+	scripts/vm.sh --kdir "$kdir" --no-kmemleak --cmd "$PEERMEM_ROOT/tests/bench/bench_peermem $bench_rounds"
+	pm_stage "demo: done"
+	exit
+fi
 pm_stage "demo: boot the rig and run tests/vm/demo-guest.sh in it"
 scripts/vm.sh --kdir "$kdir" --no-kmemleak --cmd "bash $PEERMEM_ROOT/tests/vm/demo-guest.sh"
 pm_stage "demo: done"
