@@ -501,14 +501,8 @@ fn unmap_locked(pt: &PageTable, mapping: Mapping) {
 /// free our table. `sgl` identifies the table the core hands back.
 pub(crate) fn dma_unmap(reg: &Registration, sgl: usize) {
     let mut g = reg.inner.lock();
-    match core::mem::replace(&mut g.phase, Phase::New) {
-        Phase::Mapped(pt, mapping) => {
-            unmap_locked(&pt, mapping);
-            g.phase = Phase::Pinned(pt);
-        }
-        // Freed: the free callback gave the mapping back already.
-        other => g.phase = other,
-    }
+    // Freed: the free callback gave the mapping back already.
+    g.unmap();
     if let Some(sgt) = g.sgt.take() {
         if sgl != 0 && sgl != sgt.sgl_addr() {
             STATS.errors.inc();
@@ -632,20 +626,23 @@ pub(crate) fn address_changed(reg: Arc<Registration>) {
         }
         reg.end_invalidate();
     }
-    {
-        let mut g = reg.inner.lock();
-        if let Phase::Mapped(..) = g.phase {
-            if let Phase::Mapped(pt, mapping) = core::mem::replace(&mut g.phase, Phase::New) {
-                // The table itself stays until dma_unmap or the registration goes.
-                unmap_locked(&pt, mapping);
-                g.phase = Phase::Pinned(pt);
-            }
-        }
-    }
+    // The table itself stays until dma_unmap or the registration goes.
+    reg.inner.lock().unmap();
     reg.unpin();
 }
 
 impl Inner {
+    /// `Mapped → Pinned`, undoing the mapping; any other phase stays.
+    fn unmap(&mut self) {
+        match core::mem::replace(&mut self.phase, Phase::New) {
+            Phase::Mapped(pt, mapping) => {
+                unmap_locked(&pt, mapping);
+                self.phase = Phase::Pinned(pt);
+            }
+            other => self.phase = other,
+        }
+    }
+
     /// The ticket to invalidate, if the core gave one; counts the call as
     /// running until [`Registration::end_invalidate`].
     fn begin_invalidate(&mut self) -> Option<u64> {
