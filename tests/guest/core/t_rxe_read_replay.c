@@ -56,19 +56,73 @@ static uint8_t *host_buf(size_t len)
 	return p;
 }
 
+/*
+ * One loop: each round registers a fresh RLEN target (host memory, or peer
+ * memory from the reference client's source peer_fd if >= 0), READs it
+ * whole, and takes it away right after the completion (peer memory is
+ * revoked by an invalidation first), so a retransmitted READ finds it gone.
+ * Checks that every READ completed with the data and that rxe retransmitted
+ * meanwhile.
+ */
+static void read_loop(struct conn *c, struct ibv_mr *hmr, uint8_t *hbuf, int peer_fd)
+{
+	int peer = peer_fd >= 0, i, st, failed = -1;
+	long long d0 = rxe_dups(), d1;
+	double end = now_s() + EXTRA_S;
+	struct ibv_mr *mr;
+	uint8_t *p;
+	uint64_t ph;
+	char tk[32];
+
+	for (i = 0; failed < 0 && more_rounds(i, d0, end); i++) {
+		p = peer ? src_alloc(peer_fd, RLEN, &ph) : host_buf(RLEN);
+		if (!p)
+			bail("cannot allocate peer memory: %s", strerror(errno));
+		fill(p, RLEN, (peer ? 0x2000 : 0x1000) + i);
+		mr = ibv_reg_mr(c->pd, p, RLEN, MR_ACCESS);
+		if (!mr)
+			bail("cannot register %s memory: %s", peer ? "peer" : "host", strerror(errno));
+		st = rdma_op(c, IBV_WR_RDMA_READ, hmr, hbuf, RLEN, (uintptr_t)p, mr->rkey);
+		if (st || memcmp(hbuf, p, RLEN)) {
+			diag("round %d: status %d", i, st);
+			failed = i;
+		}
+		if (peer) {
+			snprintf(tk, sizeof(tk), "%lld", read_ll(RDBG "last_ticket"));
+			if (write_str(RDBG "invalidate_ticket", tk))
+				bail("cannot invalidate ticket %s", tk);
+		}
+		ibv_dereg_mr(mr);
+		if (peer)
+			munmap(p, RLEN);
+		else
+			free(p);
+	}
+	d1 = rxe_dups();
+	if (peer)
+		ok(failed < 0,
+		   "%d RDMA READs of %lu KiB of peer memory, each MR revoked by an invalidation right after the READ: all completed with the data (first failure: round %d)",
+		   i, RLEN / 1024, failed);
+	else
+		ok(failed < 0,
+		   "%d RDMA READs of %lu KiB, each target MR deregistered right after the READ: all completed with the data (first failure: round %d)",
+		   i, RLEN / 1024, failed);
+	ok(d1 > d0, "the responder answered retransmitted requests meanwhile (%lld in %d rounds)",
+	   d1 - d0, i);
+	if (failed >= 0 && conn_qps(c))
+		bail("cannot recreate the QPs");
+}
+
 int main(void)
 {
 	static const struct suite_cfg cfg = {
 		.invalidate = 1, .unmaps = 0, .page_kb = 64, .cpu_pages = 1,
 	};
-	struct ibv_mr *hmr, *mr;
+	struct ibv_mr *hmr;
 	struct conn c;
-	uint8_t *hbuf, *b, *p;
-	long long d0, d1;
+	uint8_t *hbuf;
 	double end;
-	int i, st, failed, fd;
-	uint64_t ph;
-	char tk[32];
+	int fd;
 
 	/* Retransmit after one jiffy; retry forever, as rxe does for 7. */
 	qp_timeout = 1;
@@ -84,32 +138,7 @@ int main(void)
 		bail("cannot register host memory: %s", strerror(errno));
 
 	/* Host memory: deregister the target right after each READ. */
-	d0 = rxe_dups();
-	failed = -1;
-	end = now_s() + EXTRA_S;
-	for (i = 0; failed < 0 && more_rounds(i, d0, end); i++) {
-		b = host_buf(RLEN);
-		fill(b, RLEN, 0x1000 + i);
-		mr = ibv_reg_mr(c.pd, b, RLEN, MR_ACCESS);
-		if (!mr)
-			bail("cannot register host memory: %s", strerror(errno));
-		st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, RLEN,
-			     (uintptr_t)b, mr->rkey);
-		if (st || memcmp(hbuf, b, RLEN)) {
-			diag("round %d: status %d", i, st);
-			failed = i;
-		}
-		ibv_dereg_mr(mr);
-		free(b);
-	}
-	d1 = rxe_dups();
-	ok(failed < 0,
-	   "%d RDMA READs of %lu KiB, each target MR deregistered right after the READ: all completed with the data (first failure: round %d)",
-	   i, RLEN / 1024, failed);
-	ok(d1 > d0, "the responder answered retransmitted requests meanwhile (%lld in %d rounds)",
-	   d1 - d0, i);
-	if (failed >= 0 && conn_qps(&c))
-		bail("cannot recreate the QPs");
+	read_loop(&c, hmr, hbuf, -1);
 
 	/* Peer memory: invalidate (revoke) the MR right after each READ. */
 	if (load_client(&cfg))
@@ -117,35 +146,7 @@ int main(void)
 	fd = src_open();
 	if (fd < 0)
 		bail("cannot open /dev/peer_refmem: %s", strerror(errno));
-	d0 = rxe_dups();
-	failed = -1;
-	end = now_s() + EXTRA_S;
-	for (i = 0; failed < 0 && more_rounds(i, d0, end); i++) {
-		p = src_alloc(fd, RLEN, &ph);
-		if (!p)
-			bail("cannot allocate peer memory: %s", strerror(errno));
-		fill(p, RLEN, 0x2000 + i);
-		mr = ibv_reg_mr(c.pd, p, RLEN, MR_ACCESS);
-		if (!mr)
-			bail("cannot register peer memory: %s", strerror(errno));
-		st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, hbuf, RLEN,
-			     (uintptr_t)p, mr->rkey);
-		if (st || memcmp(hbuf, p, RLEN)) {
-			diag("round %d: status %d", i, st);
-			failed = i;
-		}
-		snprintf(tk, sizeof(tk), "%lld", read_ll(RDBG "last_ticket"));
-		if (write_str(RDBG "invalidate_ticket", tk))
-			bail("cannot invalidate ticket %s", tk);
-		ibv_dereg_mr(mr);
-		munmap(p, RLEN);
-	}
-	d1 = rxe_dups();
-	ok(failed < 0,
-	   "%d RDMA READs of %lu KiB of peer memory, each MR revoked by an invalidation right after the READ: all completed with the data (first failure: round %d)",
-	   i, RLEN / 1024, failed);
-	ok(d1 > d0, "the responder answered retransmitted requests meanwhile (%lld in %d rounds)",
-	   d1 - d0, i);
+	read_loop(&c, hmr, hbuf, fd);
 	/* The frees are asynchronous: wait until the client has let go. */
 	end = now_s() + 30;
 	while (!rc_all_idle() && now_s() < end)

@@ -136,6 +136,13 @@ static int all_idle(void)
 	return pm_idle() && gs_idle();
 }
 
+/* Idle, except for CPU mappings of freed allocations (gmem_drop removes them). */
+static int idle_but_vmas(void)
+{
+	return pm_idle() && gs("live_allocs") == 0 && gs("live_pins") == 0 &&
+	       gs("live_dma_mappings") == 0;
+}
+
 /*
  * Load gpusim (if needed) and peermem with module arguments args (reloading
  * peermem if it is loaded); the reference client goes first. Bails out on
@@ -233,6 +240,21 @@ static int exit_child(int gpusim_first, size_t len, uint32_t seed)
 	if (rdma_op(&cc, IBV_WR_RDMA_READ, mr, g.p, 4096, (uintptr_t)g.p + 8192, mr->rkey))
 		return 23;
 	return 0;
+}
+
+/* Fork, run exit_child() in the child and reap it: its exit status, or -1. */
+static int exit_child_run(int gpusim_first, size_t len, uint32_t seed)
+{
+	int st = -1;
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0)
+		_exit(exit_child(gpusim_first, len, seed));
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* Free it (what cudaFree is to a GPU); the CPU mapping stays until gmem_drop. */

@@ -28,13 +28,6 @@ static int wait_invalidated(const struct peer_stats *s0, long long n, struct pee
 	return 0;
 }
 
-/* Idle, except for the CPU mapping of a freed allocation. */
-static int all_idle_but_vma(void)
-{
-	return pm_idle() && gs("live_allocs") == 0 && gs("live_pins") == 0 &&
-	       gs("live_dma_mappings") == 0;
-}
-
 int main(void)
 {
 	struct peer_stats s0, s1;
@@ -43,7 +36,6 @@ int main(void)
 	uint8_t *saved;
 	long long cb0, inv0, e0;
 	int fd, rc, st, i;
-	pid_t pid;
 
 	rxe_up();
 	load_modules(NULL);
@@ -166,8 +158,8 @@ int main(void)
 		   i ? "which invalidated its ticket through the core" : "no ticket yet, so no invalidation");
 		ok(s1.alloc_mrs == s0.alloc_mrs && s1.invalidated_mrs == s0.invalidated_mrs &&
 		   peer_stats_balanced(&s1), "free %s: the core never mapped it", where);
-		ok(wait_for(all_idle_but_vma, 10), "free %s: nothing registered, pinned or left", where);
-		if (!all_idle_but_vma()) {
+		ok(wait_for(idle_but_vmas, 10), "free %s: nothing registered, pinned or left", where);
+		if (!idle_but_vmas()) {
 			pm_diag();
 			gs_diag();
 		}
@@ -177,15 +169,9 @@ int main(void)
 	/* --- Process exit with a live MR, both orders of teardown. */
 	for (i = 0; i < 2; i++) {
 		peer_stats(pm_name, &s0);
-		fflush(stdout);
-		pid = fork();
-		if (pid == 0)
-			_exit(exit_child(i, LEN, 0x5151));
-		st = -1;
-		waitpid(pid, &st, 0);
-		ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		   "a child registers GPU memory (%s opened first) and exits holding it (status %d)",
-		   i ? "/dev/gpusim" : "uverbs", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		st = exit_child_run(i, LEN, 0x5151);
+		ok(st == 0, "a child registers GPU memory (%s opened first) and exits holding it (status %d)",
+		   i ? "/dev/gpusim" : "uverbs", st);
 		ok(wait_for(all_idle, 30), "process exit releases the MR, the pin and the memory");
 		peer_stats(pm_name, &s1);
 		ok(peer_stats_balanced(&s1) && s1.alloc_mrs == s0.alloc_mrs + 1,

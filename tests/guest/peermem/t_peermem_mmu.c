@@ -84,6 +84,17 @@ static int wait_revoked(const struct snap *s0, long long n, long long pins, stru
 }
 
 /*
+ * From s0 to s1 exactly n MRs were revoked for an address change: n more
+ * of each of invalidations_mmu_notifier, address_changes and the core's
+ * num_invalidated_mrs.
+ */
+static int revoked_exactly(const struct snap *s0, const struct snap *s1, long long n)
+{
+	return s1->inv_mmu == s0->inv_mmu + n && s1->addr_chg == s0->addr_chg + n &&
+	       s1->ps.invalidated_mrs == s0->ps.invalidated_mrs + n;
+}
+
+/*
  * For secs, nothing that an address change or a free would move moves:
  * returns 0 as soon as something does. *s1 is the last look.
  */
@@ -229,8 +240,7 @@ static void test_munmap(void)
 	ok(munmap(g.p, LEN) == 0, "munmap: munmap of the registered range succeeds");
 	g.p = NULL;
 	r = wait_revoked(&s0, 1, pre.gs_pins, &s1);
-	ok(r && s1.inv_mmu == s0.inv_mmu + 1 && s1.addr_chg == s0.addr_chg + 1 &&
-	   s1.ps.invalidated_mrs == s0.ps.invalidated_mrs + 1,
+	ok(r && revoked_exactly(&s0, &s1, 1),
 	   "munmap: within %.0f s invalidations_mmu_notifier +1, address_changes +1, core num_invalidated_mrs +1 (got %+lld %+lld %+lld)",
 	   WAIT_S, s1.inv_mmu - s0.inv_mmu, s1.addr_chg - s0.addr_chg,
 	   s1.ps.invalidated_mrs - s0.ps.invalidated_mrs);
@@ -294,8 +304,7 @@ static void test_mremap(void)
 		bail("mremap failed; the rest would mean nothing");
 	g.p = q;
 	w = wait_revoked(&s0, 1, pre.gs_pins, &s1);
-	ok(w && s1.inv_mmu == s0.inv_mmu + 1 && s1.addr_chg == s0.addr_chg + 1 &&
-	   s1.ps.invalidated_mrs == s0.ps.invalidated_mrs + 1 && s1.gs_pins == pre.gs_pins,
+	ok(w && revoked_exactly(&s0, &s1, 1) && s1.gs_pins == pre.gs_pins,
 	   "mremap: within %.0f s the MR at the old address is revoked: invalidations_mmu_notifier +1, address_changes +1, core num_invalidated_mrs +1, its pin released (got %+lld %+lld %+lld, pins %lld)",
 	   WAIT_S, s1.inv_mmu - s0.inv_mmu, s1.addr_chg - s0.addr_chg,
 	   s1.ps.invalidated_mrs - s0.ps.invalidated_mrs, s1.gs_pins - pre.gs_pins);
@@ -415,8 +424,7 @@ static void test_two(void)
 	ok(munmap(g.p, LEN) == 0, "two MRs: munmap of the range");
 	g.p = NULL;
 	w = wait_revoked(&s0, 2, pre.gs_pins, &s1);
-	ok(w && s1.inv_mmu == s0.inv_mmu + 2 && s1.addr_chg == s0.addr_chg + 2 &&
-	   s1.ps.invalidated_mrs == s0.ps.invalidated_mrs + 2 && s1.gs_pins == pre.gs_pins,
+	ok(w && revoked_exactly(&s0, &s1, 2) && s1.gs_pins == pre.gs_pins,
 	   "two MRs: both revoked within %.0f s: invalidations_mmu_notifier +2, address_changes +2, core +2, both pins released (got %+lld %+lld %+lld, pins %+lld)",
 	   WAIT_S, s1.inv_mmu - s0.inv_mmu, s1.addr_chg - s0.addr_chg,
 	   s1.ps.invalidated_mrs - s0.ps.invalidated_mrs, s1.gs_pins - pre.gs_pins);
@@ -535,21 +543,14 @@ static void test_exit(void)
 {
 	struct snap s0, s1;
 	int i, st;
-	pid_t pid;
 
 	for (i = 0; i < 2; i++) {
 		const char *first = i ? "/dev/gpusim" : "uverbs";
 
 		take(&s0);
-		fflush(stdout);
-		pid = fork();
-		if (pid == 0)
-			_exit(exit_child(i, LEN, 0x7171));
-		st = -1;
-		waitpid(pid, &st, 0);
-		ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		   "exit (%s opened first): a child registers GPU memory and exits holding it (status %d)",
-		   first, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		st = exit_child_run(i, LEN, 0x7171);
+		ok(st == 0, "exit (%s opened first): a child registers GPU memory and exits holding it (status %d)",
+		   first, st);
 		ok(wait_for(all_idle, 30), "exit (%s opened first): the MR, the pin and the memory are released",
 		   first);
 		take(&s1);
@@ -675,9 +676,7 @@ static void test_reg_race(const char *knob_name, const char *where)
 		int w = wait_revoked(&s0, 1, s0.gs_pins, &s1);
 
 		rc = write_to(mr, u.p, 4096, 0x8282);
-		outcome_ok = w && s1.addr_chg == s0.addr_chg + 1 && s1.inv_mmu == s0.inv_mmu + 1 &&
-			     s1.ps.invalidated_mrs == s0.ps.invalidated_mrs + 1 &&
-			     rc == IBV_WC_REM_ACCESS_ERR;
+		outcome_ok = w && revoked_exactly(&s0, &s1, 1) && rc == IBV_WC_REM_ACCESS_ERR;
 		diag("reg race %s: outcome: ibv_reg_mr succeeded, then the MR was revoked (RDMA WRITE status %d)",
 		     where, rc);
 		if (!outcome_ok)

@@ -17,13 +17,6 @@
 
 static struct conn c;
 
-/* Idle, except for CPU mappings of freed allocations (dropped per round). */
-static int settled(void)
-{
-	return pm_idle() && gs("live_allocs") == 0 && gs("live_pins") == 0 &&
-	       gs("live_dma_mappings") == 0;
-}
-
 int main(void)
 {
 	long long stale0, late0, cb0, gcb0, e0;
@@ -93,8 +86,8 @@ int main(void)
 	   pm("free_callbacks_after_put") - late0, gs("stale_calls") - stale0);
 	ok(pm("free_callbacks") - cb0 == gs("free_callbacks") - gcb0,
 	   "peermem counted every free callback gpusim made (%lld)", gs("free_callbacks") - gcb0);
-	ok(wait_for(settled, 30), "after the races nothing is registered, pinned, mapped, allocated or alive");
-	if (!settled()) {
+	ok(wait_for(idle_but_vmas, 30), "after the races nothing is registered, pinned, mapped, allocated or alive");
+	if (!idle_but_vmas()) {
 		pm_diag();
 		gs_diag();
 	}
