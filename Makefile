@@ -6,9 +6,20 @@
 #   make KDIR=/path/to/tree   build against another tree (its O= directory)
 #   make modules_install      install (INSTALL_MOD_PATH=... honoured)
 #   make clean
+#   make dropin               also build the drop-in (below) into dropin/,
+#                             beside ./peermem.ko (the tests load both)
 #
 # Options: LLVM=... (default: what the tree was built with), PEERMEM_KUNIT=n
 # (leave the KUnit tests out), V=1 (show commands).
+#
+# DROPIN=1 builds the module under the name nvidia_peermem (nvidia_peermem.ko,
+# /sys/module/nvidia_peermem/version), the name of NVIDIA's nvidia-peermem.
+# NCCL, UCX, UCC and NVSHMEM look for that path to decide that GPUDirect RDMA
+# works; on an OFED built for a current kernel (no /sys/kernel/mm/memory_peers)
+# it is the only thing that satisfies them. Use it instead of nvidia-peermem,
+# never beside it: the kernel refuses to load a second module of the same name
+# (insmod: File exists). The tree holds one variant: switching removes the
+# other .ko. Give DROPIN=1 to modules_install too. Default: peermem.ko.
 #
 # peermem links directly against two other modules' exports, resolved by
 # modpost from their Module.symvers (so a mismatch is a build error, not an
@@ -93,7 +104,14 @@ $(if $(allow-unresolved),,$(if $(ofed-symvers)$(call has-symbol,$(KDIR)/Module.s
 endef
 
 extra-symbols = $(strip $(nv-symvers) $(ofed-symvers))
+# The module's name (Kbuild reads PEERMEM_DROPIN); the other variant's .ko
+# is removed when a build switches, so that no stale module is left beside.
+dropin := $(filter 1 y yes,$(DROPIN))
+modname := $(if $(dropin),nvidia_peermem,peermem)
+other-modname := $(if $(dropin),peermem,nvidia_peermem)
+
 kmake = $(MAKE) -C $(KDIR) M=$(PEERMEM_DIR) $(peermem-make-args) \
+	$(if $(dropin),PEERMEM_DROPIN=1) \
 	$(if $(extra-symbols),KBUILD_EXTRA_SYMBOLS="$(extra-symbols)") \
 	$(if $(allow-unresolved),KBUILD_MODPOST_WARN=1)
 
@@ -116,13 +134,28 @@ $(if $(shell command -v $(or $(BINDGEN),bindgen) 2>/dev/null),,$(call peermem-er
 $(if $(call kconfig,CONFIG_RUSTC_VERSION_TEXT),$(if $(call streq,$(call kconfig,CONFIG_RUSTC_VERSION_TEXT),"$(shell $(or $(RUSTC),rustc) --version 2>/dev/null)"),,$(call peermem-err,$(shell $(or $(RUSTC),rustc) --version) is not the $(call kconfig,CONFIG_RUSTC_VERSION_TEXT) that built KDIR=$(KDIR); Rust modules need the same compiler. Use that rustc or rebuild the kernel)))
 endef
 
-.PHONY: all modules modules_install clean help
+.PHONY: all modules modules_install clean help dropin
 all: modules
 
 modules:
 	@: $(strip $(peermem-check-tree) $(peermem-check-rust) $(peermem-check-symbols))
 	@echo "peermem: nvidia_p2p_* from $(or $(nv-symvers),nowhere (unresolved)); $(core-symbol) from $(or $(ofed-symvers),$(if $(call has-symbol,$(KDIR)/Module.symvers,$(core-symbol)),the kernel (KDIR/Module.symvers),nowhere (unresolved)))"
+	@rm -f $(addprefix $(PEERMEM_DIR)/$(other-modname),.ko .o .mod .mod.c .mod.o)
 	+$(kmake) modules
+
+# The drop-in beside the default module: a copy of the module's sources in
+# dropin/ (like a DKMS source tree), built there with DROPIN=1, so both
+# ./peermem.ko and dropin/nvidia_peermem.ko exist. The symbols are resolved
+# here (the copy has no tests/gpusim) and passed on.
+dropin-dir := $(PEERMEM_DIR)/dropin
+dropin-src := Kbuild Makefile scripts/bindgen.sh \
+	$(filter-out rust/ffi_generated.rs,$(patsubst $(PEERMEM_DIR)/%,%,$(wildcard $(PEERMEM_DIR)/rust/*.rs $(PEERMEM_DIR)/rust/*.c $(PEERMEM_DIR)/include/*.h)))
+dropin:
+	@: $(strip $(peermem-check-tree) $(peermem-check-rust) $(peermem-check-symbols))
+	@mkdir -p $(dropin-dir)/rust $(dropin-dir)/include $(dropin-dir)/scripts
+	@cd $(PEERMEM_DIR) && for f in $(dropin-src); do cmp -s $$f $(dropin-dir)/$$f || cp -p $$f $(dropin-dir)/$$f || exit 1; done
+	+$(MAKE) -C $(dropin-dir) KDIR=$(KDIR) DROPIN=1 \
+		$(if $(nv-symvers),NV_SYMVERS=$(nv-symvers)) $(if $(ofed-symvers),OFED_SYMVERS=$(ofed-symvers)) modules
 
 modules_install:
 	@: $(strip $(peermem-check-tree))
@@ -134,10 +167,11 @@ ifneq ($(wildcard $(KDIR)/Makefile),)
 	+$(kmake) clean
 else
 	@echo "peermem: KDIR=$(KDIR) not found; removing build outputs directly"
-	cd $(PEERMEM_DIR) && rm -f peermem.ko peermem.o peermem.mod peermem.mod.c peermem.mod.o .module-common.o \
+	cd $(PEERMEM_DIR) && rm -f $(foreach m,peermem nvidia_peermem,$(m).ko $(m).o $(m).mod $(m).mod.c $(m).mod.o) .module-common.o \
 		Module.symvers modules.order rust/*.o .*.cmd rust/.*.cmd rust/.*.d
 endif
 	rm -f $(PEERMEM_DIR)/rust/ffi_generated.rs $(PEERMEM_DIR)/rust/ffi_generated.rs.tmp.*
+	rm -rf $(PEERMEM_DIR)/dropin
 
 help:
-	@sed -n '3,35s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,/^$$/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))

@@ -33,12 +33,24 @@ mod stats;
 mod sync;
 
 // Only the keys that `module!` accepts on every supported kernel (6.12
-// wants `author:`, 7.x `authors: [..]`): author, version and parameters
-// are declared in helpers.c.
+// wants `author:`, 7.x `authors: [..]`; neither has a `version:`): author,
+// version (MODULE_VERSION, hence /sys/module/<name>/version) and parameters
+// are declared in helpers.c. `name` is the module's name as Kbuild makes
+// it (KBUILD_MODNAME) and prefixes the log messages: `make DROPIN=1` builds
+// the module as nvidia_peermem, and Kbuild passes --cfg peermem_dropin.
+#[cfg(not(peermem_dropin))]
 module! {
     type: PeerMem,
     name: "peermem",
     description: "Peer-memory client for RDMA on GPU memory (NVIDIA P2P interface)",
+    license: "GPL",
+}
+
+#[cfg(peermem_dropin)]
+module! {
+    type: PeerMem,
+    name: "nvidia_peermem",
+    description: "Peer-memory client for RDMA on GPU memory (NVIDIA P2P interface): peermem built as a drop-in for nvidia-peermem",
     license: "GPL",
 }
 
