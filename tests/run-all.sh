@@ -112,6 +112,13 @@ if [ -n "$kdir" ]; then
 		pm_stage "run-all: build $name"
 		if [ ! -f "$d/Makefile" ]; then result fail "build $name: no $d/Makefile"; continue; fi
 		run_step "build $name" "$logs/build-$(echo "$name" | tr ' /' '--').log" make -C "$d" -j3 "${margs[@]}"
+		# The drop-in variant too (module nvidia_peermem, in dropin/), beside
+		# ./peermem.ko: tests/guest/module/t_probes loads both.
+		if [ "$d" = . ]; then
+			pm_stage "run-all: build peermem module as the nvidia-peermem drop-in"
+			run_step "build peermem module as the nvidia-peermem drop-in (make dropin: dropin/nvidia_peermem.ko)" \
+				"$logs/build-peermem-dropin.log" make -C . -j3 "${margs[@]}" dropin
+		fi
 	done
 fi
 
