@@ -175,8 +175,16 @@ append+=" init=$PEERMEM_ROOT/tests/vm/guest-init.sh panic=-1 printk.devkmsg=on l
 # acpi=noirq pci=noacpi: ACPI only for the CPU tables, PCI and its IRQs the
 # legacy way. The ACPI interpreter under KASAN + lockdep + TCG costs a minute
 # of boot; acpi=off would cost the second CPU (SeaBIOS's MP table lists one).
-append+=" no5lvl acpi=noirq pci=noacpi no_hash_pointers hung_task_panic=0 loglevel=7$extra_append"
+append+=" no5lvl acpi=noirq pci=noacpi no_hash_pointers hung_task_panic=0 loglevel=7"
+# The RDMA device's DMA device: QEMU's edu PCI device behind an emulated
+# Intel IOMMU (q35), as an HCA sits behind the host's IOMMU. Every other
+# device passes through (iommu.passthrough=1: translating the 9p root's
+# traffic costs a minute of boot); tests/vm/guest-init.sh switches the edu
+# device's group to translation and binds rxe's rig driver to it.
+append+=" iommu.passthrough=1$extra_append"
 qemu=(qemu-system-x86_64 "${accel_args[@]}" -smp "$smp" -m "$mem"
+	-machine q35 -device intel-iommu,intremap=off -device edu
+	-pidfile "$res/qemu.pid"
 	-nodefaults -no-user-config -display none -no-reboot
 	-chardev stdio,id=con,signal=off -serial chardev:con
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap
@@ -240,7 +248,7 @@ emit_test() {
 # --- boot and follow the console ------------------------------------------
 con=$res/console.log
 : > "$con"
-cmd_rc=0 booted=0 done_marker=0 cur=0 t_start=$(date +%s.%N) t_boot=
+cmd_rc=0 booted=0 done_marker=0 cur=0 t_start=$(date +%s.%N) t_boot= oops_line=
 [ "$have_cmd" = 1 ] || printf 'TAP version 13\n'
 pm_log "vm: booting $(basename "$(dirname "$kdir")")/$(basename "$kdir") ($accel, ${mem}, ${smp} cpus; $ntests test(s); limit ${total_timeout}s; log $con)"
 while IFS= read -r line; do
@@ -257,6 +265,15 @@ while IFS= read -r line; do
 		[[ $line =~ end\ test\ ([0-9]+) ]] && emit_test "${BASH_REMATCH[1]}" ;;
 	*"peermem-vm: done"*) done_marker=1 ;;
 	*"peermem-vm: FATAL"*) printf '# %s\n' "${line#*peermem-vm: }" ;;
+	# An Oops leaves the guest half dead (locks held, the test's process
+	# killed mid-call): stop at the first one instead of waiting for the
+	# time limit. A few seconds let its trace reach the console.
+	*"Oops: "*|*"general protection fault"*|*"kernel BUG at"*|*"BUG: unable to handle"*)
+		if [ -z "$oops_line" ]; then
+			oops_line=${line#\[*\] }
+			pm_log "vm: kernel Oops during $( [ "$cur" -gt 0 ] && echo "test $cur (${labels[$((cur - 1))]})" || echo boot): stopping the guest"
+			( sleep 5; kill "$(cat "$res/qemu.pid" 2>/dev/null)" 2>/dev/null ) &
+		fi ;;
 	esac
 done < <(timeout -k 10 "$total_timeout" "${qemu[@]}" </dev/null 2>"$res/qemu.err"; echo $? > "$res/qemu.rc")
 qrc=$(cat "$res/qemu.rc" 2>/dev/null || echo '?')
@@ -270,8 +287,9 @@ if [ "$done_marker" = 0 ]; then
 	where="during boot"
 	[ "$booted" = 1 ] && where="after the tests"
 	[ -n "$running" ] && where="during test $running ($(label_of "$running"))"
-	if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then why="hung: killed after the ${total_timeout}s limit $where"
-	elif grep -q 'Kernel panic' "$con"; then why="kernel panicked $where"
+	if grep -q 'Kernel panic' "$con"; then why="kernel panicked $where"
+	elif [ -n "$oops_line" ]; then why="stopped at the first Oops $where: $oops_line"
+	elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then why="hung: killed after the ${total_timeout}s limit $where"
 	else why="stopped unexpectedly $where (qemu exit status $qrc)"; fi
 	tap not-ok "guest $why"
 	if [ "$booted" = 0 ]; then
@@ -343,6 +361,10 @@ if [ -s "$reports" ]; then
 			printf '#   | %s\n' "$a${b:+	$b}${c:+	$c}"
 		fi
 	done < "$reports"
+fi
+if [ -s "$res/dma-leaks" ]; then
+	tap not-ok "DMA-API: $(wc -l < "$res/dma-leaks") mapping(s) for the rig's DMA device never unmapped (list: $res/dma-leaks)"
+	head -n 10 "$res/dma-leaks" | sed 's/^/#   | /'
 fi
 if [ -s "$res/kmemleak" ] && grep -q '^unreferenced object' "$res/kmemleak"; then
 	nleak=$(grep -c '^unreferenced object' "$res/kmemleak")

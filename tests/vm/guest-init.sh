@@ -88,6 +88,29 @@ ulimit -c 0
 # Reports must reach the console without being rate-limited away.
 echo 0 > /proc/sys/kernel/printk_ratelimit
 
+# The rig's RDMA DMA device: QEMU's edu (1234:11e8) behind the emulated
+# IOMMU, which scripts/vm.sh adds. The kernel boots with
+# iommu.passthrough=1 (translating every device would slow the 9p root), so
+# switch only this device's group to translation, then bind rxe's rig-only
+# driver rxe_dma to it (it refuses an untranslated device); rxe devices
+# created afterwards give it to peer-memory clients as their DMA device.
+dmadev=
+for d in /sys/bus/pci/devices/*; do
+	[ "$(<"$d/vendor")" = 0x1234 ] && [ "$(<"$d/device")" = 0x11e8 ] || continue
+	dmadev=${d##*/}
+	[ -e "$d/driver" ] && echo "$dmadev" > "$d/driver/unbind"
+	echo DMA > "$d/iommu_group/type" 2>/dev/null
+	echo "$dmadev" > /sys/bus/pci/drivers/rxe_dma/bind 2>/dev/null
+	if [ ! -e "/sys/bus/pci/drivers/rxe_dma/$dmadev" ]; then
+		kmsg "warning: rxe_dma did not bind $dmadev (iommu group type $(<"$d/iommu_group/type")); peer memory cannot be registered"
+		dmadev=
+	fi
+	break
+done
+[ -n "$dmadev" ] && kmsg "rig DMA device $dmadev (iommu group $(basename "$(readlink -f "/sys/bus/pci/devices/$dmadev/iommu_group")"): $(<"/sys/bus/pci/devices/$dmadev/iommu_group/type"))" ||
+	kmsg "warning: no rig DMA device (QEMU edu behind intel-iommu); peer memory cannot be registered"
+export PEERMEM_DMA_DEVICE=$dmadev
+
 leak=/sys/kernel/debug/kmemleak
 [ "$KMEMLEAK" = 1 ] && [ -w "$leak" ] || KMEMLEAK=0
 read -r up _ < /proc/uptime
@@ -145,6 +168,11 @@ if [ "$KMEMLEAK" = 1 ]; then
 	echo scan > "$leak"
 	echo scan > "$leak"
 	cat "$leak" > "$RES/kmemleak" 2>&1
+fi
+# Every DMA mapping made for the rig's DMA device must have been unmapped
+# by now (CONFIG_DMA_API_DEBUG keeps the list): scripts/vm.sh reads this.
+if [ -n "$dmadev" ] && [ -r /sys/kernel/debug/dma-api/dump ]; then
+	grep -F " $dmadev " /sys/kernel/debug/dma-api/dump > "$RES/dma-leaks" 2>&1
 fi
 dmesg > "$RES/dmesg" 2>&1
 kmsg "done"

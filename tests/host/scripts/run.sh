@@ -184,6 +184,20 @@ last=$(grep -cE '^(not )?ok ' "$tmp/vm.out"); plan=$(sed -n 's/^1\.\.\([0-9]*\)$
 if [ -n "$plan" ] && [ "$plan" = "$last" ]; then ok "the plan (1..$plan) matches the results printed"; else not_ok "the plan '1..$plan' matches the $last results printed"; fi
 show_on_fail "$f0"
 
+# A kernel Oops stops the run at once (not at its time limit), names the
+# test that was running and fails the tests that never ran.
+f0=$nfail
+t0=$(date +%s)
+rc=$(vm --no-kmemleak --test-timeout 300 --env PMFIXTURE_KO="$scratch/pmfixture.ko" \
+	"$fix/t_pass" "$fix/t_kreport_oops" "$fix/t_pass")
+took=$(( $(date +%s) - t0 ))
+if [ "$rc" = 1 ]; then ok "a guest Oops exits 1"; else not_ok "a guest Oops exits 1 (got $rc)"; fi
+has "an Oops stops the guest and names the test" '^not ok [0-9]+ - guest stopped at the first Oops during test 2 \(vm/fixtures/t_kreport_oops\): '
+has "the Oops is reported as a kernel report of that test" '^not ok [0-9]+ - kernel report during test 2 \(vm/fixtures/t_kreport_oops\): '
+has "the tests after the Oops are failed as not run" '^not ok [0-9]+ - vm/fixtures/t_pass: not run'
+if [ "$took" -lt 280 ]; then ok "the Oops run ended in ${took}s, before the 300s test limit"; else not_ok "the Oops run took ${took}s: it waited for the time limit"; fi
+show_on_fail "$f0"
+
 # A guest kernel panic ends the run at once and fails it.
 f0=$nfail
 rc=$(vm --no-kmemleak --cmd 'echo c > /proc/sysrq-trigger')
