@@ -19,10 +19,11 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../../scripts/lib.sh"
+. "$PEERMEM_ROOT/scripts/nvidia-deb.sh"
 
 NV_REF_VERSION=${NV_REF_VERSION:-550.163.01}
 ABI_INCLUDE_DIR=${ABI_INCLUDE_DIR:-$PEERMEM_ROOT/include}
-pkg=nvidia-open-kernel-dkms
+pkg=$NV_DEB_PKG
 
 # Setup failures are one TAP failure plus one line on stderr saying what to do.
 setup_fail() { # what how-to-fix
@@ -37,24 +38,9 @@ for c in python3 make dpkg-deb tar sha256sum; do
 	command -v "$c" >/dev/null 2>&1 || setup_fail "'$c' not found" "run scripts/setup-host.sh"
 done
 
-# --- the reference headers
-debs=$PEERMEM_CACHE/debs
-mkdir -p "$debs"
-deb=$(ls "$debs/${pkg}_${NV_REF_VERSION}"-*_amd64.deb 2>/dev/null | sort -V | tail -n1)
-if [ -z "$deb" ]; then
-	command -v apt-get >/dev/null 2>&1 || setup_fail "apt-get not found and no $pkg $NV_REF_VERSION in $debs" \
-		"put ${pkg}_${NV_REF_VERSION}-*_amd64.deb into $debs by hand"
-	ver=$(apt-cache madison "$pkg" 2>/dev/null | awk -v v="$NV_REF_VERSION-" '{ if (index($3, v) == 1) { print $3; exit } }')
-	[ -n "$ver" ] || setup_fail "apt offers no $pkg $NV_REF_VERSION" \
-		"enable Debian trixie (or trixie-backports) 'contrib' in the apt sources (scripts/setup-host.sh does) and run apt-get update"
-	echo "# fetching $pkg=$ver into $debs" >&2
-	(cd "$debs" && apt-get download -q "$pkg=$ver") >"$debs/.abi-download.log" 2>&1 ||
-		setup_fail "apt-get download $pkg=$ver failed ($(grep -m1 -E '^(E|Err):' "$debs/.abi-download.log"))" \
-			"check the network and the apt sources, then rerun"
-	deb=$(ls "$debs/${pkg}_${NV_REF_VERSION}"-*_amd64.deb 2>/dev/null | sort -V | tail -n1)
-	[ -n "$deb" ] || setup_fail "apt-get download did not leave a $pkg .deb in $debs" "download it by hand into $debs"
-fi
-debver=$(dpkg-deb -f "$deb" Version) || setup_fail "$deb is not a readable .deb" "delete it and rerun"
+# --- the reference headers (scripts/nvidia-deb.sh finds or downloads the .deb)
+pm_nvidia_deb "$NV_REF_VERSION" || setup_fail "$NV_DEB_ERR" "$NV_DEB_FIX"
+deb=$NV_DEB debver=$NV_DEBVER
 ref=$PEERMEM_CACHE/src/${pkg}_$debver
 if [ ! -f "$ref/.peermem-extracted" ]; then
 	rm -rf "$ref" "$ref.tmp"; mkdir -p "$ref.tmp"
