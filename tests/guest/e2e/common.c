@@ -45,6 +45,20 @@ static const struct e2e_live refclient_live[] = {
 	{ NULL, NULL, 0, 0 },
 };
 
+/*
+ * NVIDIA's nvidia-peermem, unmodified (built by tests/nvpeermem from
+ * Debian's nvidia-open-kernel-dkms): registers nv_mem (invalidating,
+ * PEER_MEM_INVALIDATE_UNMAPS) and nv_mem_nc, links to gpusim's
+ * nvidia_p2p_*. It keeps no counters, but it takes a reference on its own
+ * module for each range it acquires and drops it in release
+ * (nvidia-peermem.c 550.163.01, nv_mem_acquire and nv_mem_release), so its
+ * module's refcnt is the number of contexts it holds: one per MR.
+ */
+static const struct e2e_live nvpeermem_live[] = {
+	{ "/sys/module/nvidia_peermem/refcnt", NULL, 1, 0 },
+	{ NULL, NULL, 0, 0 },
+};
+
 const struct e2e_client e2e_clients[] = {
 	{
 		.label = "peermem",
@@ -54,6 +68,7 @@ const struct e2e_client e2e_clients[] = {
 		.core_name = "nv_mem",
 		.dbg = "/sys/kernel/debug/peermem",
 		.live = peermem_live,
+		.live_what = "its debugfs counters",
 	},
 	{
 		.label = "refclient",
@@ -63,6 +78,17 @@ const struct e2e_client e2e_clients[] = {
 		.core_name = "refclient",
 		.dbg = "/sys/kernel/debug/peer_refclient",
 		.live = refclient_live,
+		.live_what = "its debugfs live_* values",
+	},
+	{
+		.label = "nvpeermem",
+		.ko = "tests/nvpeermem/nvidia-peermem.ko",
+		.module = "nvidia_peermem",
+		.args = "",
+		.core_name = "nv_mem",
+		.dbg = NULL,
+		.live = nvpeermem_live,
+		.live_what = "its module refcnt (one reference per acquired range)",
 	},
 	{ .label = NULL },
 };

@@ -21,8 +21,10 @@
 #include <stdint.h>
 
 /*
- * One quantity a client counts about itself: debugfs file @a of its
- * directory, minus file @b if @b is set (monotonic counters in pairs).
+ * One quantity a client shows about itself: file @a, minus file @b if @b
+ * is set (monotonic counters in pairs); a relative name is a file of the
+ * client's debugfs directory (dbg), an absolute one is read as it is (a
+ * client without counters of its own may still show something in sysfs).
  * While one MR of n GPU pages (64 KiB) is registered it must read
  * @per_mr + n * @per_gpu_page; with nothing registered, 0.
  */
@@ -38,7 +40,13 @@ struct e2e_client {
 	const char *args;	/* insmod arguments */
 	const char *core_name;	/* /sys/kernel/debug/peer_memory/<core_name> */
 	const char *dbg;	/* its own debugfs directory, or NULL */
-	const struct e2e_live *live;	/* ends with an entry whose a is NULL */
+	/*
+	 * What it shows about what it holds, ending with an entry whose a is
+	 * NULL; or NULL if it shows nothing: then the checks of it are
+	 * skipped (saying so), and only the core and gpusim are checked.
+	 */
+	const struct e2e_live *live;
+	const char *live_what;	/* for messages: "its debugfs counters" */
 };
 
 extern const struct e2e_client e2e_clients[];	/* ends with label NULL */
