@@ -6,8 +6,9 @@
 #   make KDIR=/path/to/tree   build against another tree (its O= directory)
 #   make modules_install      install (INSTALL_MOD_PATH=... honoured)
 #   make clean
-#   make dropin               also build the drop-in (below) into dropin/,
-#                             beside ./peermem.ko (the tests load both)
+#   make dropin               build the drop-in (below) into dropin/, a copy
+#                             of the sources, beside ./peermem.ko (the tests
+#                             load both)
 #
 # Options: LLVM=... (default: what the tree was built with), PEERMEM_KUNIT=n
 # (leave the KUnit tests out), V=1 (show commands).
