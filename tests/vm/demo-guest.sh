@@ -80,7 +80,12 @@ fi
 section "The peer-memory core's view: client \"$name\""
 show ls "$core"
 echo "  version: $(cat "$core/$name/version" 2>&1)   flags: $(cat "$core/$name/flags" 2>&1)"
-echo "  OFED's sysfs, where NCCL looks for nv_mem: $ofed/$name/version = $(cat "$ofed/$name/version" 2>&1)"
+# NCCL, UCX and NVSHMEM decide that GPUDirect RDMA works from these files.
+# OFED for a current kernel has no memory_peers directory (the kernel does
+# not export mm_kobj), so there only the module name nvidia_peermem counts:
+# peermem's drop-in build (make dropin) has it.
+echo "  OFED's $ofed/$name/version (only where the kernel exports mm_kobj): $(cat "$ofed/$name/version" 2>&1)"
+echo "  /sys/module/nvidia_peermem/version (what NCCL finds on a current OFED): $(cat /sys/module/nvidia_peermem/version 2>&1)"
 
 section "Soft-RoCE: rxe0 on a veth pair"
 if [ ! -e /sys/class/infiniband/rxe0 ]; then
