@@ -69,6 +69,7 @@ const struct e2e_client e2e_clients[] = {
 		.dbg = "/sys/kernel/debug/peermem",
 		.live = peermem_live,
 		.live_what = "its debugfs counters",
+		.sg_per_gpu_page = 0,	/* coalesces contiguous bus addresses */
 	},
 	{
 		.label = "refclient",
@@ -79,6 +80,7 @@ const struct e2e_client e2e_clients[] = {
 		.dbg = "/sys/kernel/debug/peer_refclient",
 		.live = refclient_live,
 		.live_what = "its debugfs live_* values",
+		.sg_per_gpu_page = 0,	/* dma_map_sgtable() may merge entries */
 	},
 	{
 		.label = "nvpeermem",
@@ -89,6 +91,7 @@ const struct e2e_client e2e_clients[] = {
 		.dbg = NULL,
 		.live = nvpeermem_live,
 		.live_what = "its module refcnt (one reference per acquired range)",
+		.sg_per_gpu_page = 1,	/* nv_dma_map: one entry per GPU page */
 	},
 	{ .label = NULL },
 };

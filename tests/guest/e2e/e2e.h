@@ -47,6 +47,13 @@ struct e2e_client {
 	 */
 	const struct e2e_live *live;
 	const char *live_what;	/* for messages: "its debugfs counters" */
+	/*
+	 * Scatter-gather entries its dma_map() gives per GPU page, which is
+	 * what the core's num_reg_pages adds (it counts entries, as OFED
+	 * does): exactly 1, or 0 if it may coalesce contiguous bus addresses
+	 * (then from 1 to one per GPU page).
+	 */
+	int sg_per_gpu_page;
 };
 
 extern const struct e2e_client e2e_clients[];	/* ends with label NULL */
@@ -87,5 +94,21 @@ static inline long long gpu_pages(uintptr_t addr, size_t len)
 {
 	return (long long)((addr + len + GPU_PAGE - 1) / GPU_PAGE - addr / GPU_PAGE);
 }
+
+#ifdef CORE_TEST_H
+/*
+ * Every registration the core made through the client is undone, counted
+ * as OFED 25.10 counts (the rig's core follows it): one num_dealloc_mrs per
+ * num_alloc_mrs (an invalidation counts it), the bytes back (for a
+ * PEER_MEM_INVALIDATE_UNMAPS client an invalidated MR's at its
+ * deregistration); num_reg_pages counts sg entries and num_dereg_pages
+ * never moves.
+ */
+static inline int e2e_core_balanced(const struct peer_stats *s)
+{
+	return s->alloc_mrs == s->dealloc_mrs && s->reg_bytes == s->dereg_bytes &&
+	       s->dereg_pages == 0;
+}
+#endif
 
 #endif /* E2E_H */

@@ -321,11 +321,11 @@ int main(int argc, char **argv)
 	{
 		double end = now_s() + 20;
 
-		while ((peer_stats(C->core_name, &s1) || !peer_stats_balanced(&s1) ||
+		while ((peer_stats(C->core_name, &s1) || !e2e_core_balanced(&s1) ||
 			read_ll(GSDBG "live_mem_bytes") != 0) && now_s() < end)
 			usleep(50000);
 	}
-	say(peer_stats_balanced(&s1) && read_ll(GSDBG "live_pins") == 0 &&
+	say(e2e_core_balanced(&s1) && read_ll(GSDBG "live_pins") == 0 &&
 	    read_ll(GSDBG "live_allocs") == 0 && read_ll(GSDBG "live_mem_bytes") == 0,
 	    "every registration undone (num_alloc_mrs = num_dealloc_mrs = %lld), gpusim holds nothing",
 	    s1.dealloc_mrs);
