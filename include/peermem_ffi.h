@@ -39,8 +39,11 @@
  */
 const char *peermem_param_peer_name(void);
 
-/* The enable_invalidate parameter. */
+/* The enable_invalidate parameter (register the invalidating client). */
 bool peermem_param_enable_invalidate(void);
+
+/* The enable_nc parameter (register the non-invalidating client). */
+bool peermem_param_enable_nc(void);
 
 /* The mmu_notifier parameter. */
 bool peermem_param_mmu_notifier(void);
@@ -62,23 +65,9 @@ struct scatterlist *peermem_sg_next(struct scatterlist *sg);
 
 /*
  * A DMA-only entry: no page, length and DMA length len, DMA address
- * dma_addr (what a device with a DMA device gets).
+ * dma_addr (a bus address of the device dma_map() was called for).
  */
 void peermem_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len);
-
-/*
- * A CPU-addressed entry for devices without a DMA device (rxe, siw): the
- * len bytes of RAM at physical address phys (page aligned, physically
- * contiguous, checked with peermem_phys_is_ram()), with the kernel virtual
- * address as "DMA address", as ib_dma_map_sg() does for such devices.
- */
-void peermem_sg_set_ram(struct scatterlist *sg, u64 phys, unsigned int len);
-
-/*
- * Whether the len bytes at physical address phys are ordinary RAM in the
- * kernel's linear map, with struct pages (pfn_valid, not highmem).
- */
-bool peermem_phys_is_ram(u64 phys, u64 len);
 
 /* ---- DMA devices */
 
@@ -179,11 +168,20 @@ typedef u64 (*peermem_counter_read_t)(const void *counter);
 int peermem_debugfs_create(peermem_counter_read_t read);
 
 /*
- * Add the read-only file NAME (a NUL-terminated string that must stay
- * valid until peermem_debugfs_remove()) showing read(counter) in decimal.
- * counter must stay valid until peermem_debugfs_remove() has returned.
+ * Create the subdirectory NAME of /sys/kernel/debug/peermem (removed with
+ * it) and return a handle for peermem_debugfs_add_counter(), or NULL if
+ * it cannot be created.
  */
-void peermem_debugfs_add_counter(const char *name, const void *counter);
+void *peermem_debugfs_subdir(const char *name);
+
+/*
+ * Add the read-only file NAME (a NUL-terminated string that must stay
+ * valid until peermem_debugfs_remove()) showing read(counter) in decimal,
+ * in dir (a handle from peermem_debugfs_subdir()) or, for NULL, in the
+ * directory itself. counter must stay valid until peermem_debugfs_remove()
+ * has returned.
+ */
+void peermem_debugfs_add_counter(void *dir, const char *name, const void *counter);
 
 /*
  * Add the root-only read-write file NAME (as above) showing and setting

@@ -1,14 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The peer-memory client: what peermem does for each callback of the core
+//! The peer-memory clients: what peermem does for each callback of the core
 //! and for the GPU driver's free callback. Safe Rust; the raw side is in
 //! `ffi`.
+//!
+//! # Two clients
+//!
+//! peermem registers two clients, as nvidia-peermem does ([`Kind`]): the
+//! invalidating `nv_mem` (`PEER_MEM_INVALIDATE_UNMAPS`; pins with a free
+//! callback, revokes on GPU free and on address changes), which the core
+//! asks first for memory registrations, and the non-invalidating
+//! `nv_mem_nc` (persistent pins, `nvidia_p2p_get_pages_persistent`), the
+//! only one the core asks for umems that cannot be invalidated (queue
+//! buffers, doorbell pages) and the fallback for MRs `nv_mem` declines.
+//! Both share this code; a registration knows its kind, and each kind has
+//! its own counters.
 //!
 //! # One registration
 //!
 //! Each range the core offers and peermem claims is one [`Registration`],
 //! reference counted (`Arc`). References: the core's `client_context`
-//! (from `acquire` to `release`), and, for a non-persistent pin, the free
+//! (from `acquire` to `release`), and, for a non-persistent pin (`nv_mem`), the free
 //! callback's, kept in a registry under an id that is the callback's
 //! `data` ([`ffi::CallbackRef`]). Whoever removes it from the registry
 //! owns it: the free callback, on entry, or `unpin` after a put that
@@ -31,7 +43,7 @@
 //!
 //! # Address-space changes
 //!
-//! A non-persistent registration also watches its range in the address
+//! An `nv_mem` registration also watches its range in the address
 //! space of the process that registered it ([`ffi::AddressWatch`], an mmu
 //! interval notifier). When the process unmaps or moves the range, the
 //! addresses no longer mean the pinned GPU memory: a work item marks the
@@ -58,26 +70,30 @@ use crate::ffi::{
 };
 use crate::inject;
 use crate::range::{coalesce, count_segments, GpuRange, SegmentLimits, GPU_PAGE_SIZE};
-use crate::stats::STATS;
+use crate::stats::{Stats, STATS, STATS_NC};
 use crate::sync::{new_condvar, new_lock, CondVar, Lock};
-use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-/// Whether peermem runs as an invalidating client (set once at load).
-static INVALIDATING: AtomicBool = AtomicBool::new(true);
-
-/// Sets the mode, before registering with the core.
-pub(crate) fn set_invalidating(on: bool) {
-    INVALIDATING.store(on, Ordering::Release);
+/// Which of peermem's two peer-memory clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `nv_mem`: invalidating (`PEER_MEM_INVALIDATE_UNMAPS`), pins with a
+    /// free callback and watches the address range.
+    Invalidating,
+    /// `nv_mem_nc`: non-invalidating, pins persistently
+    /// (`nvidia_p2p_get_pages_persistent`): no free callback, no watch.
+    Persistent,
 }
 
-/// How a mapped registration is mapped.
-enum Mapping {
-    /// CPU-addressed entries for a device without a DMA device (rxe).
-    Cpu,
-    /// A DMA mapping for a PCI device.
-    Pci(DmaMapping),
+impl Kind {
+    /// The client's counters.
+    pub(crate) fn stats(self) -> &'static Stats {
+        match self {
+            Kind::Invalidating => &STATS,
+            Kind::Persistent => &STATS_NC,
+        }
+    }
 }
 
 /// Where a registration is in its life (see the module documentation).
@@ -86,8 +102,8 @@ enum Phase {
     New,
     /// The GPU pages are pinned.
     Pinned(PageTable),
-    /// Pinned and mapped for the core's device.
-    Mapped(PageTable, Mapping),
+    /// Pinned and mapped for the core's (PCI) DMA device.
+    Mapped(PageTable, DmaMapping),
     /// `put_pages`/`release` is giving the page table back, outside the
     /// lock; `callback_ran`: a free callback ran meanwhile.
     Unpinning { callback_ran: bool },
@@ -127,10 +143,13 @@ struct Inner {
 /// # Invariants
 ///
 /// While `inner.phase` is `Pinned` or `Mapped`, the page table is pinned
-/// for `range.aligned_start()..range.aligned_end()`, and (non-persistent)
-/// the free callback's registry entry holds a reference to this object.
+/// for `range.aligned_start()..range.aligned_end()`, and (`nv_mem`: not
+/// persistent) the free callback's registry entry holds a reference to
+/// this object.
 #[pin_data]
 pub(crate) struct Registration {
+    /// The client that claimed the range.
+    kind: Kind,
     range: GpuRange,
     /// The address-space watch (non-persistent pins in a user process).
     watch: Option<AddressWatch>,
@@ -142,21 +161,21 @@ pub(crate) struct Registration {
     invalidated: CondVar,
 }
 
-/// Counts a registration object as alive, for the statistics and for
-/// module unload (which waits until none is left).
-struct Live(#[allow(dead_code)] ObjectCount);
+/// Counts a registration object as alive, for the statistics of its
+/// client and for module unload (which waits until none is left).
+struct Live(#[allow(dead_code)] ObjectCount, &'static Stats);
 
 impl Live {
-    fn new() -> Self {
-        STATS.objects_created.inc();
-        Self(ObjectCount::new())
+    fn new(stats: &'static Stats) -> Self {
+        stats.objects_created.inc();
+        Self(ObjectCount::new(), stats)
     }
 }
 
 impl Drop for Live {
     fn drop(&mut self) {
         // Before the `ObjectCount` drops: unload may proceed after that.
-        STATS.objects_freed.inc();
+        self.1.objects_freed.inc();
     }
 }
 
@@ -190,22 +209,24 @@ fn check_dma_mapping(m: &DmaMapping, pt: &PageTable) -> core::result::Result<(),
     Ok(())
 }
 
-fn count_unpinned(pages: u32) {
-    STATS.page_tables_unpinned.inc();
-    STATS.pages_unpinned.add(u64::from(pages));
-    STATS.bytes_unpinned.add(u64::from(pages) * GPU_PAGE_SIZE);
+fn count_unpinned(stats: &Stats, pages: u32) {
+    stats.page_tables_unpinned.inc();
+    stats.pages_unpinned.add(u64::from(pages));
+    stats.bytes_unpinned.add(u64::from(pages) * GPU_PAGE_SIZE);
 }
 
-/// `acquire`: is `[addr, addr + size)` memory of the GPU driver? If so pin
-/// it (once, for the whole registration) and return the registration.
-pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
+/// `acquire` of client `kind`: is `[addr, addr + size)` memory of the GPU
+/// driver? If so pin it (once, for the whole registration; persistently
+/// for [`Kind::Persistent`]) and return the registration.
+pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registration>> {
+    let stats = kind.stats();
     let Ok(range) = GpuRange::new(addr, size) else {
-        STATS.registrations_declined.inc();
+        stats.registrations_declined.inc();
         return None;
     };
-    let persistent = !INVALIDATING.load(Ordering::Acquire);
+    let persistent = kind == Kind::Persistent;
     let oom = || {
-        STATS.errors.inc();
+        stats.errors.inc();
         ffi::warn_ratelimited(
             c"out of memory in acquire; the registration falls back to the next peer-memory client",
         );
@@ -223,9 +244,10 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
     };
     let reg = match Arc::pin_init(
         pin_init!(Registration {
+            kind,
             range,
             watch,
-            _live: Live::new(),
+            _live: Live::new(stats),
             inner <- new_lock!(
                 Inner {
                     phase: Phase::New,
@@ -249,8 +271,8 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
     // Before the pin: an unmap from here on revokes the registration.
     if let Some(w) = &reg.watch {
         if let Err(e) = w.start(&reg, range.addr(), range.len()) {
-            STATS.errors.inc();
-            STATS.registrations_declined.inc();
+            stats.errors.inc();
+            stats.registrations_declined.inc();
             pr_err!(
                 "cannot watch {:#x}+{:#x} for address-space changes (error {}); declining the range (or load peermem with mmu_notifier=0)\n",
                 range.addr(),
@@ -265,29 +287,29 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
     // complete object.
     let mut g = reg.inner.lock();
     let callback = (!persistent).then(|| reg.clone());
-    let pt = match ffi::p2p_get_pages(range.aligned_start(), range.aligned_len(), callback) {
+    let pt = match ffi::p2p_get_pages(range.aligned_start(), range.aligned_len(), callback, stats) {
         Ok(pt) => pt,
         Err(e) => {
             // Not GPU memory (EINVAL), or the driver could not pin it:
             // either way not ours, nothing held.
             drop(g);
             reg.stop_watch();
-            STATS.registrations_declined.inc();
+            stats.registrations_declined.inc();
             if e != EINVAL {
-                STATS.errors.inc();
+                stats.errors.inc();
                 ffi::warn_ratelimited(c"nvidia_p2p_get_pages failed with an error other than EINVAL; treating the range as not GPU memory");
             }
             return None;
         }
     };
-    STATS.page_tables_pinned.inc();
-    STATS.pages_pinned.add(u64::from(pt.entries()));
-    STATS
+    stats.page_tables_pinned.inc();
+    stats.pages_pinned.add(u64::from(pt.entries()));
+    stats
         .bytes_pinned
         .add(u64::from(pt.entries()) * GPU_PAGE_SIZE);
     if let Err(why) = check_page_table(&pt, &range) {
-        STATS.errors.inc();
-        STATS.registrations_declined.inc();
+        stats.errors.inc();
+        stats.registrations_declined.inc();
         pr_err!(
             "the GPU driver's page table for {:#x}+{:#x} is unusable: {}; declining the range (update peermem or the driver)\n",
             range.addr(),
@@ -303,7 +325,7 @@ pub(crate) fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
     // INVARIANT: pinned for the aligned range, the callback holds `callback`.
     g.phase = Phase::Pinned(pt);
     drop(g);
-    STATS.registrations_acquired.inc();
+    stats.registrations_acquired.inc();
     Some(reg)
 }
 
@@ -318,7 +340,7 @@ fn revoked_error() -> Error {
 pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: u64) -> Result {
     inject::DELAY_GET_PAGES_MS.delay();
     if addr != reg.range.addr() || size != reg.range.len() {
-        STATS.errors.inc();
+        reg.stats().errors.inc();
         pr_err!(
             "get_pages for {:#x}+{:#x} on a registration acquired for {:#x}+{:#x}; refusing (a peer-memory core bug)\n",
             addr,
@@ -338,12 +360,12 @@ pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: u64) -
             Ok(())
         }
         Phase::Freed => {
-            STATS.errors.inc();
+            reg.stats().errors.inc();
             ffi::warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
             Err(EFAULT)
         }
         _ => {
-            STATS.errors.inc();
+            reg.stats().errors.inc();
             pr_err!(
                 "get_pages called twice or after put_pages; refusing (a peer-memory core bug)\n"
             );
@@ -359,11 +381,6 @@ fn pci_limits(
     seg_boundary: u64,
 ) -> core::result::Result<SegmentLimits, crate::range::CoalesceError> {
     SegmentLimits::new(GPU_PAGE_SIZE, max_seg_size, seg_boundary)
-}
-
-/// Segment limits for CPU-addressed entries: an entry's length is a `u32`.
-fn cpu_limits() -> core::result::Result<SegmentLimits, crate::range::CoalesceError> {
-    SegmentLimits::new(GPU_PAGE_SIZE, u32::MAX, u64::MAX)
 }
 
 /// The entries for the DMA addresses of `m`: contiguous pages coalesced
@@ -392,27 +409,15 @@ fn map_pci(m: &DmaMapping, max_seg_size: u32, seg_boundary: u64) -> Result<SgTab
     Ok(sgt)
 }
 
-/// The CPU-addressed entries of `pt` for a device without a DMA device:
-/// physically contiguous pages coalesced. `EOPNOTSUPP` if the GPU pages
-/// are not RAM with struct pages (a real discrete GPU's are not).
-fn map_cpu(pt: &PageTable) -> Result<SgTable> {
-    if !pt.phys_addrs().all(|p| ffi::phys_is_ram(p, GPU_PAGE_SIZE)) {
-        ffi::warn_ratelimited(c"this RDMA device reads memory with the CPU (no DMA device, e.g. rxe or siw) and this GPU memory has no CPU-addressable pages; registration fails with EOPNOTSUPP. Use a hardware RDMA adapter");
-        return Err(ffi::eopnotsupp());
-    }
-    let limits = cpu_limits()?;
-    let n = count_segments(pt.phys_addrs(), &limits)?;
-    let mut sgt = SgTable::new(n as u32)?;
-    let mut cur = sgt.cursor();
-    for seg in coalesce(pt.phys_addrs(), limits) {
-        cur.set_ram(seg.addr, seg.len)?;
-    }
-    Ok(sgt)
-}
-
 /// `dma_map`: map the pinned pages for `dev` and return the table for the core.
-pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView> {
+///
+/// `dev` is the device the core maps for (the RDMA adapter's PCI device);
+/// `None` (a NULL device) is refused with `EINVAL`: GPU memory has no
+/// CPU pages to hand out instead (a real GPU's BAR has none), so there is
+/// nothing to map without a device.
+pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result<SgView> {
     inject::DELAY_DMA_MAP_MS.delay();
+    let stats = reg.stats();
     let mut g = reg.inner.lock();
     if g.revoked {
         return Err(revoked_error());
@@ -422,7 +427,7 @@ pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView>
         other => {
             let freed = matches!(other, Phase::Freed);
             g.phase = other;
-            STATS.errors.inc();
+            stats.errors.inc();
             if freed {
                 ffi::warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
                 return Err(EFAULT);
@@ -432,12 +437,15 @@ pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView>
         }
     };
     let mapped = match dev {
-        DmaDevice::Cpu => map_cpu(&pt).map(|sgt| (sgt, Mapping::Cpu)),
-        DmaDevice::Pci {
+        None => {
+            ffi::report_no_dma_device();
+            Err(EINVAL)
+        }
+        Some(DmaDevice::Pci {
             pdev,
             max_seg_size,
             seg_boundary,
-        } => match DmaMapping::map(pdev, &pt) {
+        }) => match DmaMapping::map(pdev, &pt) {
             Err(e) => {
                 ffi::warn_ratelimited(
                     c"nvidia_p2p_dma_map_pages failed; the registration fails with its error",
@@ -453,7 +461,7 @@ pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView>
                     EINVAL
                 });
                 match checked.and_then(|()| map_pci(&m, *max_seg_size, *seg_boundary)) {
-                    Ok(sgt) => Ok((sgt, Mapping::Pci(m))),
+                    Ok(sgt) => Ok((sgt, m)),
                     Err(e) => {
                         if let Err(ue) = m.unmap(&pt) {
                             pr_err!("nvidia_p2p_dma_unmap_pages failed ({}) undoing a refused mapping\n", ue.to_errno());
@@ -463,23 +471,23 @@ pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView>
                 }
             }
         },
-        DmaDevice::Other(dev) => {
+        Some(DmaDevice::Other(dev)) => {
             dev.report();
             Err(EINVAL)
         }
     };
     match mapped {
         Ok((sgt, mapping)) => {
-            STATS.dma_maps.inc();
-            STATS.sg_entries_uncoalesced.add(u64::from(pt.entries()));
-            STATS.sg_entries_coalesced.add(u64::from(sgt.nents()));
+            stats.dma_maps.inc();
+            stats.sg_entries_uncoalesced.add(u64::from(pt.entries()));
+            stats.sg_entries_coalesced.add(u64::from(sgt.nents()));
             let view = sgt.view();
             g.sgt = Some(sgt);
             g.phase = Phase::Mapped(pt, mapping);
             Ok(view)
         }
         Err(e) => {
-            STATS.errors.inc();
+            stats.errors.inc();
             g.phase = Phase::Pinned(pt);
             Err(e)
         }
@@ -487,14 +495,12 @@ pub(crate) fn dma_map(reg: &Registration, dev: &DmaDevice<'_>) -> Result<SgView>
 }
 
 /// Undoes a mapping (registration lock held by the caller); the page table stays pinned.
-fn unmap_locked(pt: &PageTable, mapping: Mapping) {
-    if let Mapping::Pci(m) = mapping {
-        if let Err(e) = m.unmap(pt) {
-            STATS.errors.inc();
-            pr_err!("nvidia_p2p_dma_unmap_pages failed ({})\n", e.to_errno());
-        }
+fn unmap_locked(stats: &Stats, pt: &PageTable, mapping: DmaMapping) {
+    if let Err(e) = mapping.unmap(pt) {
+        stats.errors.inc();
+        pr_err!("nvidia_p2p_dma_unmap_pages failed ({})\n", e.to_errno());
     }
-    STATS.dma_unmaps.inc();
+    stats.dma_unmaps.inc();
 }
 
 /// `dma_unmap`: undo `dma_map` (if the free callback did not already) and
@@ -502,10 +508,10 @@ fn unmap_locked(pt: &PageTable, mapping: Mapping) {
 pub(crate) fn dma_unmap(reg: &Registration, sgl: usize) {
     let mut g = reg.inner.lock();
     // Freed: the free callback gave the mapping back already.
-    g.unmap();
+    g.unmap(reg.stats());
     if let Some(sgt) = g.sgt.take() {
         if sgl != 0 && sgl != sgt.sgl_addr() {
-            STATS.errors.inc();
+            reg.stats().errors.inc();
             pr_err!("dma_unmap got a table peermem did not fill; freeing peermem's own\n");
         }
     }
@@ -538,12 +544,13 @@ pub(crate) fn release(reg: Arc<Registration>) {
     }
     // Pinned still if the core gave up before get_pages or after it failed.
     reg.unpin();
-    STATS.registrations_released.inc();
+    reg.stats().registrations_released.inc();
 }
 
 /// The GPU driver's free callback for a pin whose put returned 0 before it
 /// ran (the 550 driver does that for a put while the callback is pending):
 /// `unpin` took the callback's reference, the registration may be gone.
+/// Counted for `nv_mem`, whose pins alone have a free callback.
 pub(crate) fn gpu_freed_after_put() {
     STATS.free_callbacks.inc();
     STATS.free_callbacks_after_put.inc();
@@ -552,17 +559,18 @@ pub(crate) fn gpu_freed_after_put() {
 /// The GPU driver's free callback: the memory behind `reg` is being freed.
 /// `reg` is the callback's own reference, taken from the registry.
 pub(crate) fn gpu_freed(reg: Arc<Registration>) {
-    STATS.free_callbacks.inc();
+    let stats = reg.stats();
+    stats.free_callbacks.inc();
     let (ticket, mapping) = {
         let mut g = reg.inner.lock();
         match core::mem::replace(&mut g.phase, Phase::Freed) {
             Phase::Pinned(pt) => {
-                count_unpinned(pt.entries());
+                count_unpinned(stats, pt.entries());
                 pt.give_to_driver();
                 (g.begin_invalidate(), None)
             }
             Phase::Mapped(pt, mapping) => {
-                count_unpinned(pt.entries());
+                count_unpinned(stats, pt.entries());
                 pt.give_to_driver();
                 (g.begin_invalidate(), Some(mapping))
             }
@@ -579,7 +587,7 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
                 // and a failed pin has no callback); Freed/Unpinned hold no
                 // registry entry, so no callback gets here for them.
                 g.phase = other;
-                STATS.errors.inc();
+                stats.errors.inc();
                 pr_err!("free callback for a page table peermem no longer holds; ignoring it (a GPU driver bug)\n");
                 (None, None)
             }
@@ -590,15 +598,14 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     // mapping afterwards.
     if let Some(ticket) = ticket {
         if ffi::core_invalidate(ticket).is_some() {
-            STATS.invalidations_gpu_free.inc();
+            stats.invalidations_gpu_free.inc();
         }
         reg.end_invalidate();
     }
     if let Some(mapping) = mapping {
-        if let Mapping::Pci(m) = mapping {
-            m.free_in_callback();
-        }
-        STATS.dma_unmaps.inc();
+        // The driver unmaps it with the page table once this returns.
+        mapping.free_in_callback();
+        stats.dma_unmaps.inc();
     }
     drop(reg);
 }
@@ -618,25 +625,25 @@ pub(crate) fn address_changed(reg: Arc<Registration>) {
         g.revoked = true;
         g.begin_invalidate()
     };
-    STATS.address_changes.inc();
+    reg.stats().address_changes.inc();
     // Without a ticket the core has not called get_pages yet; it will fail.
     if let Some(ticket) = ticket {
         if ffi::core_invalidate(ticket).is_some() {
-            STATS.invalidations_mmu_notifier.inc();
+            reg.stats().invalidations_mmu_notifier.inc();
         }
         reg.end_invalidate();
     }
     // The table itself stays until dma_unmap or the registration goes.
-    reg.inner.lock().unmap();
+    reg.inner.lock().unmap(reg.stats());
     reg.unpin();
 }
 
 impl Inner {
     /// `Mapped → Pinned`, undoing the mapping; any other phase stays.
-    fn unmap(&mut self) {
+    fn unmap(&mut self, stats: &Stats) {
         match core::mem::replace(&mut self.phase, Phase::New) {
             Phase::Mapped(pt, mapping) => {
-                unmap_locked(&pt, mapping);
+                unmap_locked(stats, &pt, mapping);
                 self.phase = Phase::Pinned(pt);
             }
             other => self.phase = other,
@@ -654,6 +661,11 @@ impl Inner {
 }
 
 impl Registration {
+    /// The counters of the client that claimed this registration.
+    fn stats(&self) -> &'static Stats {
+        self.kind.stats()
+    }
+
     /// The core's invalidate returned (after [`Inner::begin_invalidate`] gave a ticket).
     fn end_invalidate(&self) {
         let mut g = self.inner.lock();
@@ -685,9 +697,9 @@ impl Registration {
             ) {
                 Phase::Pinned(pt) => pt,
                 Phase::Mapped(pt, mapping) => {
-                    STATS.errors.inc();
+                    self.stats().errors.inc();
                     pr_err!("put_pages or release before dma_unmap; unmapping first (a peer-memory core bug)\n");
-                    unmap_locked(&pt, mapping);
+                    unmap_locked(self.stats(), &pt, mapping);
                     pt
                 }
                 other => {
@@ -718,7 +730,7 @@ impl Registration {
             };
             taken
         };
-        count_unpinned(pages);
+        count_unpinned(self.stats(), pages);
         match res {
             Ok(()) => {}
             Err(e) if !persistent => {
@@ -727,7 +739,7 @@ impl Registration {
                 // Any other refusal leaves the pin with the driver until the
                 // memory is freed, when the callback comes all the same.
                 if e != EINVAL {
-                    STATS.errors.inc();
+                    self.stats().errors.inc();
                     pr_warn!(
                         "nvidia_p2p_put_pages failed ({}) for {:#x}+{:#x}; the GPU driver keeps the pages pinned until the memory is freed\n",
                         e.to_errno(),
@@ -737,7 +749,7 @@ impl Registration {
                 }
             }
             Err(e) => {
-                STATS.errors.inc();
+                self.stats().errors.inc();
                 pr_err!(
                     "nvidia_p2p_put_pages_persistent failed ({}) for {:#x}+{:#x}; the GPU driver may keep the memory pinned\n",
                     e.to_errno(),
@@ -766,13 +778,15 @@ mod tests {
     }
 
     #[test]
-    fn cpu_entries_coalesce_contiguous_runs() -> Result {
-        let l = cpu_limits()?;
-        // 16 pages of 1 MiB (gpusim whole-allocation contiguity): one entry.
+    fn pci_entries_coalesce_contiguous_runs() -> Result {
+        // A device with a large segment limit (mlx5: 2 GiB, 4 GiB boundary).
+        let l = pci_limits(0x8000_0000, 0xffff_ffff)?;
+        // 16 contiguous pages: one entry.
         assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(1));
         // 64 KiB contiguity: one entry per page, nothing to merge.
         assert_eq!(count_segments(alloc_pages(16, 1), &l), Ok(16));
-        // 256 KiB runs: 4 entries of 4 pages.
+        // 256 KiB runs (far apart, but each run below 4 GiB boundaries
+        // of its own): 4 entries of 4 pages.
         assert_eq!(count_segments(alloc_pages(4, 4), &l), Ok(4));
         let mut n = 0;
         for s in coalesce(alloc_pages(4, 4), l) {
@@ -785,11 +799,22 @@ mod tests {
     }
 
     #[test]
-    fn cpu_entry_length_fits_the_scatterlist() -> Result {
-        // 65536 contiguous pages (4 GiB): entries are at most 4 GiB - 64 KiB long.
-        let l = cpu_limits()?;
+    fn pci_entry_length_fits_the_scatterlist() -> Result {
+        // A device without limits (max segment u32::MAX, no boundary):
+        // 65536 contiguous pages (4 GiB) need 2 entries of at most 4 GiB - 64 KiB.
+        let l = pci_limits(u32::MAX, u64::MAX)?;
         assert_eq!(count_segments((0..65536u64).map(|i| i * P), &l), Ok(2));
         Ok(())
+    }
+
+    #[test]
+    fn kinds_have_their_own_counters() {
+        assert!(!core::ptr::eq(
+            Kind::Invalidating.stats(),
+            Kind::Persistent.stats()
+        ));
+        assert!(core::ptr::eq(Kind::Invalidating.stats(), &STATS));
+        assert!(core::ptr::eq(Kind::Persistent.stats(), &STATS_NC));
     }
 
     #[test]

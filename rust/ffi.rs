@@ -18,8 +18,13 @@
 //!   [`DmaMapping`], and the free callback;
 //! - kernel helpers from `helpers.c`: [`SgTable`], [`DmaDevice`], messages,
 //!   the count of live registration objects.
+//!
+//! peermem registers two clients with the core (like nvidia-peermem):
+//! [`Kind::Invalidating`] (`nv_mem`) and [`Kind::Persistent`]
+//! (`nv_mem_nc`). Each has its own client structure, handle and `acquire`
+//! trampoline; the other callbacks get the registration, which knows its kind.
 
-use crate::client::{self, Registration};
+use crate::client::{self, Kind, Registration};
 use crate::stats::{Counter, Stats};
 use core::cell::UnsafeCell;
 use core::ffi::CStr;
@@ -78,11 +83,6 @@ pub(crate) fn eoverflow() -> Error {
     Error::from_errno(-(kernel::bindings::EOVERFLOW as i32))
 }
 
-/// `EOPNOTSUPP`, named here for the same reason.
-pub(crate) fn eopnotsupp() -> Error {
-    Error::from_errno(-(kernel::bindings::EOPNOTSUPP as i32))
-}
-
 /// The errno of a C return value (`0` or `-errno`).
 fn result_of(ret: c_int) -> Result {
     to_result(ret)
@@ -109,6 +109,12 @@ pub(crate) fn param_enable_invalidate() -> bool {
     unsafe { raw::peermem_param_enable_invalidate() }
 }
 
+/// The `enable_nc` module parameter.
+pub(crate) fn param_enable_nc() -> bool {
+    // SAFETY: FFI call without preconditions.
+    unsafe { raw::peermem_param_enable_nc() }
+}
+
 /// The `mmu_notifier` module parameter.
 pub(crate) fn param_mmu_notifier() -> bool {
     // SAFETY: FFI call without preconditions.
@@ -118,7 +124,9 @@ pub(crate) fn param_mmu_notifier() -> bool {
 /// Whether the debugfs directory exists (there is only one).
 static DEBUGFS_LIVE: AtomicBool = AtomicBool::new(false);
 
-/// `/sys/kernel/debug/peermem/`, one read-only file per counter; removed on drop.
+/// `/sys/kernel/debug/peermem/`: one read-only file per counter of the
+/// invalidating client and the test knobs, and `nc/` with the counters of
+/// the non-invalidating client; removed on drop.
 ///
 /// # Invariants
 ///
@@ -127,11 +135,13 @@ static DEBUGFS_LIVE: AtomicBool = AtomicBool::new(false);
 pub(crate) struct Debugfs(());
 
 impl Debugfs {
-    /// Creates the directory with a file for each of the counters in `stats`.
+    /// Creates the directory with a file for each of the counters in
+    /// `stats` (the invalidating client's) and the subdirectory `nc/` for
+    /// those in `stats_nc`.
     ///
     /// `EBUSY` if it exists already; the C glue's error (e.g. `ENODEV`
     /// without debugfs) if it cannot be created.
-    pub(crate) fn create(stats: &'static Stats) -> Result<Self> {
+    pub(crate) fn create(stats: &'static Stats, stats_nc: &'static Stats) -> Result<Self> {
         if DEBUGFS_LIVE.swap(true, Ordering::AcqRel) {
             return Err(code::EBUSY);
         }
@@ -143,17 +153,31 @@ impl Debugfs {
             DEBUGFS_LIVE.store(false, Ordering::Release);
             return Err(e);
         }
-        stats.for_each(|name, counter| {
-            // SAFETY: `name` is a `'static` C string and `counter` a
-            // `&'static Counter`, the type `read_counter` expects: both
-            // outlive the directory.
-            unsafe {
-                raw::peermem_debugfs_add_counter(
-                    name.to_bytes_with_nul().as_ptr().cast(),
-                    ptr::from_ref::<Counter>(counter).cast::<c_void>(),
-                )
-            };
-        });
+        // SAFETY: the directory exists; the name is a static C string.
+        let nc_dir =
+            unsafe { raw::peermem_debugfs_subdir(c"nc".to_bytes_with_nul().as_ptr().cast()) };
+        // Without its subdirectory (out of memory) the nc client has no files.
+        let dirs = [
+            (ptr::null_mut(), Some(stats)),
+            (nc_dir, (!nc_dir.is_null()).then_some(stats_nc)),
+        ];
+        for (dir, stats) in dirs {
+            let Some(stats) = stats else { continue };
+            stats.for_each(|name, counter| {
+                // SAFETY: `dir` is null (the top directory) or a directory
+                // the glue made under it, removed with it; `name` is a
+                // `'static` C string and `counter` a `&'static Counter`,
+                // the type `read_counter` expects: both outlive the
+                // directory.
+                unsafe {
+                    raw::peermem_debugfs_add_counter(
+                        dir,
+                        name.to_bytes_with_nul().as_ptr().cast(),
+                        ptr::from_ref::<Counter>(counter).cast::<c_void>(),
+                    )
+                };
+            });
+        }
         crate::inject::for_each(|name, knob| {
             // SAFETY: `name` is a `'static` C string and `knob` a `'static`
             // `u32` (the knob's atomic), both outliving the directory.
@@ -435,14 +459,26 @@ pub(crate) const P2P_PAGE_TABLE_VERSION: u32 = raw::NVIDIA_P2P_PAGE_TABLE_VERSIO
 /// The DMA-mapping version peermem is built against.
 pub(crate) const P2P_DMA_MAPPING_VERSION: u32 = raw::NVIDIA_P2P_DMA_MAPPING_VERSION;
 
-/// The client structure handed to the core; it must stay valid (and
-/// unchanged) until unregistration, so it is a static.
-struct ClientSlot(UnsafeCell<raw::peer_memory_client_ex>);
+/// One of peermem's clients as the core knows it: the client structure
+/// handed to the core, which must stay valid (and unchanged) until
+/// unregistration, so it lives in a static, and the registration's state.
+struct Slot {
+    client: UnsafeCell<raw::peer_memory_client_ex>,
+    /// Whether this client is registered (at most once: the slot is static).
+    registered: AtomicBool,
+    /// The core's registration handle, null while not registered.
+    handle: AtomicPtr<c_void>,
+    /// The core's invalidate function (as an address), 0 if none.
+    invalidate: AtomicUsize,
+    /// Set once the handle and the invalidate function are stored:
+    /// `acquire` declines everything before (a free callback may need both).
+    ready: AtomicBool,
+}
 
-// SAFETY: the slot is written only by `CoreClient::register`, before the
-// core has seen it and while no other registration exists (`REGISTERED`);
-// afterwards only the core reads it.
-unsafe impl Sync for ClientSlot {}
+// SAFETY: `client` is written only by `CoreClient::register`, before the
+// core has seen it and while this slot is not registered (`registered`);
+// afterwards only the core reads it. The rest is atomics.
+unsafe impl Sync for Slot {}
 
 /// An empty client structure.
 const EMPTY_CLIENT: raw::peer_memory_client_ex = {
@@ -451,43 +487,61 @@ const EMPTY_CLIENT: raw::peer_memory_client_ex = {
     unsafe { core::mem::zeroed() }
 };
 
-static CLIENT: ClientSlot = ClientSlot(UnsafeCell::new(EMPTY_CLIENT));
+impl Slot {
+    const fn new() -> Self {
+        Self {
+            client: UnsafeCell::new(EMPTY_CLIENT),
+            registered: AtomicBool::new(false),
+            handle: AtomicPtr::new(ptr::null_mut()),
+            invalidate: AtomicUsize::new(0),
+            ready: AtomicBool::new(false),
+        }
+    }
+}
 
-/// Whether a registration exists (there is at most one: `CLIENT` is static).
-static REGISTERED: AtomicBool = AtomicBool::new(false);
-/// The core's registration handle, null while not registered.
-static CORE_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
-/// The core's invalidate function (as an address), 0 if none.
-static CORE_INVALIDATE: AtomicUsize = AtomicUsize::new(0);
-/// Set once the handle and the invalidate function are stored: `acquire`
-/// declines everything before (a free callback may need both).
-static READY: AtomicBool = AtomicBool::new(false);
+/// The invalidating client (`nv_mem`).
+static SLOT_INVALIDATING: Slot = Slot::new();
+/// The non-invalidating client (`nv_mem_nc`).
+static SLOT_PERSISTENT: Slot = Slot::new();
 
-/// peermem's registration with the peer-memory core; dropping it
+fn slot(kind: Kind) -> &'static Slot {
+    match kind {
+        Kind::Invalidating => &SLOT_INVALIDATING,
+        Kind::Persistent => &SLOT_PERSISTENT,
+    }
+}
+
+/// One of peermem's registrations with the peer-memory core; dropping it
 /// unregisters, which sleeps until the core released every registration
-/// peermem serves.
+/// that client serves.
 ///
 /// # Invariants
 ///
-/// While a `CoreClient` exists, `CLIENT` is registered with the core under
-/// the handle in `CORE_HANDLE`, and `REGISTERED` is true.
-pub(crate) struct CoreClient(());
+/// While a `CoreClient` of kind `k` exists, `slot(k).client` is registered
+/// with the core under the handle in `slot(k).handle`, and
+/// `slot(k).registered` is true.
+pub(crate) struct CoreClient(Kind);
 
 impl CoreClient {
-    /// Registers the client `name` with the core: an invalidating one with
-    /// `PEER_MEM_INVALIDATE_UNMAPS` if `invalidate`, else a plain
-    /// non-invalidating one. `EBUSY` if peermem is registered already,
-    /// `EINVAL` if the core refuses (it logs why) or the name does not fit.
-    pub(crate) fn register(name: &str, invalidate: bool) -> Result<Self> {
+    /// Registers the client `name` of `kind` with the core:
+    /// [`Kind::Invalidating`] is an extended client with
+    /// `PEER_MEM_INVALIDATE_UNMAPS` that gets the core's invalidate
+    /// function, [`Kind::Persistent`] a plain non-invalidating one (as
+    /// nvidia-peermem registers `nv_mem` and `nv_mem_nc`). `EBUSY` if that
+    /// client is registered already, `EINVAL` if the core refuses (it logs
+    /// why) or the name does not fit.
+    pub(crate) fn register(kind: Kind, name: &str) -> Result<Self> {
         if name.len() >= PEER_NAME_CAPACITY {
             return Err(code::EINVAL);
         }
-        if REGISTERED.swap(true, Ordering::AcqRel) {
+        let slot = slot(kind);
+        if slot.registered.swap(true, Ordering::AcqRel) {
             return Err(code::EBUSY);
         }
-        // SAFETY: `REGISTERED` was false: the core does not know `CLIENT`
-        // and nothing else writes it (see `ClientSlot`).
-        let ex = unsafe { &mut *CLIENT.0.get() };
+        let invalidate = kind == Kind::Invalidating;
+        // SAFETY: `registered` was false: the core does not know this
+        // client structure and nothing else writes it (see `Slot`).
+        let ex = unsafe { &mut *slot.client.get() };
         *ex = EMPTY_CLIENT;
         for (d, s) in ex.client.name.iter_mut().zip(name.bytes()) {
             *d = c_char::from_ne_bytes([s]);
@@ -495,7 +549,10 @@ impl CoreClient {
         for (d, s) in ex.client.version.iter_mut().zip(VERSION.bytes()) {
             *d = c_char::from_ne_bytes([s]);
         }
-        ex.client.acquire = Some(cb_acquire);
+        ex.client.acquire = Some(match kind {
+            Kind::Invalidating => cb_acquire_invalidating,
+            Kind::Persistent => cb_acquire_persistent,
+        });
         ex.client.get_pages = Some(cb_get_pages);
         ex.client.dma_map = Some(cb_dma_map);
         ex.client.dma_unmap = Some(cb_dma_unmap);
@@ -509,8 +566,8 @@ impl CoreClient {
             ex.flags = raw::PEER_MEM_INVALIDATE_UNMAPS;
         }
         let mut inval: raw::invalidate_peer_memory = None;
-        // SAFETY: `CLIENT` is a complete, static client; `inval` outlives
-        // the call. The core keeps the pointer to `CLIENT` until
+        // SAFETY: the client structure is complete and static; `inval`
+        // outlives the call. The core keeps the pointer to it until
         // `ib_unregister_peer_memory_client`, which only `drop` calls.
         let handle = unsafe {
             raw::ib_register_peer_memory_client(
@@ -523,49 +580,52 @@ impl CoreClient {
             )
         };
         if handle.is_null() {
-            REGISTERED.store(false, Ordering::Release);
+            slot.registered.store(false, Ordering::Release);
             return Err(code::EINVAL);
         }
         let inval_addr = inval.map_or(0, |f| f as usize);
         if invalidate && inval_addr == 0 {
             // SAFETY: `handle` was just returned by the core and is not used again.
             unsafe { raw::ib_unregister_peer_memory_client(handle) };
-            REGISTERED.store(false, Ordering::Release);
-            pr_err!("the peer-memory core accepted the registration but handed out no invalidate function; this core cannot serve an invalidating client: load peermem with enable_invalidate=0\n");
+            slot.registered.store(false, Ordering::Release);
+            pr_err!("the peer-memory core accepted the invalidating client {} but handed out no invalidate function; this core cannot serve one: load peermem with enable_invalidate=0\n", name);
             return Err(code::EINVAL);
         }
-        CORE_HANDLE.store(handle, Ordering::Release);
-        CORE_INVALIDATE.store(inval_addr, Ordering::Release);
-        READY.store(true, Ordering::Release);
-        // INVARIANT: registered under `handle`, stored in `CORE_HANDLE`.
-        Ok(Self(()))
+        slot.handle.store(handle, Ordering::Release);
+        slot.invalidate.store(inval_addr, Ordering::Release);
+        slot.ready.store(true, Ordering::Release);
+        // INVARIANT: registered under `handle`, stored in the slot.
+        Ok(Self(kind))
     }
 }
 
 impl Drop for CoreClient {
     fn drop(&mut self) {
-        READY.store(false, Ordering::Release);
-        let handle = CORE_HANDLE.load(Ordering::Acquire);
+        let slot = slot(self.0);
+        slot.ready.store(false, Ordering::Release);
+        let handle = slot.handle.load(Ordering::Acquire);
         // SAFETY: `handle` is the registration (type invariant); after this
-        // call the core never calls the client again, so `CLIENT` and the
+        // call the core never calls the client again, so its structure and
         // callbacks may go.
         unsafe { raw::ib_unregister_peer_memory_client(handle) };
-        CORE_INVALIDATE.store(0, Ordering::Release);
-        CORE_HANDLE.store(ptr::null_mut(), Ordering::Release);
-        REGISTERED.store(false, Ordering::Release);
+        slot.invalidate.store(0, Ordering::Release);
+        slot.handle.store(ptr::null_mut(), Ordering::Release);
+        slot.registered.store(false, Ordering::Release);
     }
 }
 
-/// Calls the core's invalidate function for `ticket` (a `core_context`
-/// from `get_pages`). `None` if peermem is not an invalidating client.
+/// Calls the core's invalidate function of the invalidating client for
+/// `ticket` (a `core_context` from `get_pages`). `None` if that client has
+/// none (not registered).
 ///
 /// Must not be called with a lock held that `get_pages`/`dma_map` take:
 /// the core waits for the mapping lock, held across those.
 /// The caller must keep the registration of `ticket` from being released
 /// until this returns (see the safety comment inside).
 pub(crate) fn core_invalidate(ticket: u64) -> Option<i32> {
-    let f = CORE_INVALIDATE.load(Ordering::Acquire);
-    let handle = CORE_HANDLE.load(Ordering::Acquire);
+    let slot = slot(Kind::Invalidating);
+    let f = slot.invalidate.load(Ordering::Acquire);
+    let handle = slot.handle.load(Ordering::Acquire);
     if f == 0 || handle.is_null() {
         return None;
     }
@@ -584,7 +644,7 @@ pub(crate) fn core_invalidate(ticket: u64) -> Option<i32> {
 ///
 /// # Safety
 ///
-/// `ctx` must be a pointer that `cb_acquire` stored and `cb_release` has
+/// `ctx` must be a pointer that `cb_acquire_*` stored and `cb_release` has
 /// not consumed yet: the core's reference keeps the object alive for `'a`
 /// (the callback's duration).
 unsafe fn registration<'a>(ctx: *mut c_void) -> &'a Registration {
@@ -592,24 +652,55 @@ unsafe fn registration<'a>(ctx: *mut c_void) -> &'a Registration {
     unsafe { &*ctx.cast::<Registration>() }
 }
 
+/// `acquire` of the invalidating client.
+///
 /// # Safety
 ///
 /// Called by the peer-memory core only, with the arguments its ABI
 /// describes (`include/peer_mem_abi.h`); a `client_context` is one that
-/// `cb_acquire` stored and `cb_release` has not consumed yet.
-unsafe extern "C" fn cb_acquire(
+/// `cb_acquire_*` stored and `cb_release` has not consumed yet.
+unsafe extern "C" fn cb_acquire_invalidating(
     addr: c_ulong,
     size: usize,
     _legacy_private: *mut c_void,
     _legacy_name: *mut c_char,
     client_context: *mut *mut c_void,
 ) -> c_int {
-    if client_context.is_null() || !READY.load(Ordering::Acquire) {
+    // SAFETY: as this function's.
+    unsafe { acquire(Kind::Invalidating, addr, size, client_context) }
+}
+
+/// `acquire` of the non-invalidating client.
+///
+/// # Safety
+///
+/// As [`cb_acquire_invalidating`].
+unsafe extern "C" fn cb_acquire_persistent(
+    addr: c_ulong,
+    size: usize,
+    _legacy_private: *mut c_void,
+    _legacy_name: *mut c_char,
+    client_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: as this function's.
+    unsafe { acquire(Kind::Persistent, addr, size, client_context) }
+}
+
+/// # Safety
+///
+/// The arguments of the core's `acquire` call to the client `kind`.
+unsafe fn acquire(
+    kind: Kind,
+    addr: c_ulong,
+    size: usize,
+    client_context: *mut *mut c_void,
+) -> c_int {
+    if client_context.is_null() || !slot(kind).ready.load(Ordering::Acquire) {
         return 0;
     }
     #[allow(clippy::useless_conversion)] // c_ulong is u64 before 6.13
     let addr = u64::try_from(addr).unwrap_or(u64::MAX);
-    match client::acquire(addr, size as u64) {
+    match client::acquire(kind, addr, size as u64) {
         Some(reg) => {
             // SAFETY: the core passes a valid pointer for the context; the
             // reference stored there is given back in `cb_release`.
@@ -624,7 +715,7 @@ unsafe extern "C" fn cb_acquire(
 ///
 /// Called by the peer-memory core only, with the arguments its ABI
 /// describes (`include/peer_mem_abi.h`); a `client_context` is one that
-/// `cb_acquire` stored and `cb_release` has not consumed yet.
+/// `cb_acquire_*` stored and `cb_release` has not consumed yet.
 unsafe extern "C" fn cb_get_pages(
     addr: c_ulong,
     size: usize,
@@ -634,7 +725,7 @@ unsafe extern "C" fn cb_get_pages(
     client_context: *mut c_void,
     core_context: u64,
 ) -> c_int {
-    // SAFETY: the core passes the context `cb_acquire` stored and has not released it.
+    // SAFETY: the core passes the context `cb_acquire_*` stored and has not released it.
     let reg = unsafe { registration(client_context) };
     #[allow(clippy::useless_conversion)] // c_ulong is u64 before 6.13
     let addr = u64::try_from(addr).unwrap_or(u64::MAX);
@@ -648,7 +739,7 @@ unsafe extern "C" fn cb_get_pages(
 ///
 /// Called by the peer-memory core only, with the arguments its ABI
 /// describes (`include/peer_mem_abi.h`); a `client_context` is one that
-/// `cb_acquire` stored and `cb_release` has not consumed yet.
+/// `cb_acquire_*` stored and `cb_release` has not consumed yet.
 unsafe extern "C" fn cb_dma_map(
     sgt: *mut kernel::bindings::sg_table,
     client_context: *mut c_void,
@@ -664,7 +755,7 @@ unsafe extern "C" fn cb_dma_map(
     // SAFETY: the core passes its RDMA device's DMA device, live for the
     // umem's lifetime, or NULL.
     let dev = unsafe { DmaDevice::from_raw(dma_device) };
-    match client::dma_map(reg, &dev) {
+    match client::dma_map(reg, dev.as_ref()) {
         Ok(view) => {
             // SAFETY: `sgt` and `nmap` are the core's, valid for the call.
             unsafe {
@@ -681,7 +772,7 @@ unsafe extern "C" fn cb_dma_map(
 ///
 /// Called by the peer-memory core only, with the arguments its ABI
 /// describes (`include/peer_mem_abi.h`); a `client_context` is one that
-/// `cb_acquire` stored and `cb_release` has not consumed yet.
+/// `cb_acquire_*` stored and `cb_release` has not consumed yet.
 unsafe extern "C" fn cb_dma_unmap(
     sgt: *mut kernel::bindings::sg_table,
     client_context: *mut c_void,
@@ -703,7 +794,7 @@ unsafe extern "C" fn cb_dma_unmap(
 ///
 /// Called by the peer-memory core only, with the arguments its ABI
 /// describes (`include/peer_mem_abi.h`); a `client_context` is one that
-/// `cb_acquire` stored and `cb_release` has not consumed yet.
+/// `cb_acquire_*` stored and `cb_release` has not consumed yet.
 unsafe extern "C" fn cb_put_pages(
     _sgt: *mut kernel::bindings::sg_table,
     client_context: *mut c_void,
@@ -717,7 +808,7 @@ unsafe extern "C" fn cb_put_pages(
 ///
 /// Called by the peer-memory core only, with the arguments its ABI
 /// describes (`include/peer_mem_abi.h`); a `client_context` is one that
-/// `cb_acquire` stored and `cb_release` has not consumed yet.
+/// `cb_acquire_*` stored and `cb_release` has not consumed yet.
 unsafe extern "C" fn cb_get_page_size(client_context: *mut c_void) -> c_ulong {
     // SAFETY: as in `cb_get_pages`.
     let reg = unsafe { registration(client_context) };
@@ -729,9 +820,9 @@ unsafe extern "C" fn cb_get_page_size(client_context: *mut c_void) -> c_ulong {
 ///
 /// Called by the peer-memory core only, with the arguments its ABI
 /// describes (`include/peer_mem_abi.h`); a `client_context` is one that
-/// `cb_acquire` stored and `cb_release` has not consumed yet.
+/// `cb_acquire_*` stored and `cb_release` has not consumed yet.
 unsafe extern "C" fn cb_release(client_context: *mut c_void) {
-    // SAFETY: the core releases each context once, the one `cb_acquire`
+    // SAFETY: the core releases each context once, the one `cb_acquire_*`
     // stored with `Arc::into_raw`: this takes that reference back.
     let reg = unsafe { Arc::from_raw(client_context.cast_const().cast::<Registration>()) };
     client::release(reg);
@@ -774,11 +865,13 @@ unsafe extern "C" fn cb_gpu_free(data: *mut c_void) {
 /// `PageTable` makes sure neither happened while it uses it (peermem's
 /// free callback takes the table out of its registration, under the
 /// registration's lock, before returning). `callback` names the free
-/// callback's reference (`None` for a persistent pin).
+/// callback's reference (`None` for a persistent pin); `stats` are the
+/// counters of the client that pinned it.
 pub(crate) struct PageTable {
     ptr: NonNull<raw::nvidia_p2p_page_table>,
     va: u64,
     callback: Option<CallbackRef>,
+    stats: &'static Stats,
 }
 
 // SAFETY: the page table is the driver's object, usable from any thread;
@@ -789,11 +882,13 @@ unsafe impl Send for PageTable {}
 ///
 /// With `callback`, a non-persistent pin whose free callback gets that
 /// reference (through the registry, see [`CallbackRef`]; on failure it is
-/// dropped); without, a persistent pin.
+/// dropped); without, a persistent pin. `stats`: the counters of the
+/// client pinning.
 pub(crate) fn p2p_get_pages(
     va: u64,
     len: u64,
     callback: Option<Arc<Registration>>,
+    stats: &'static Stats,
 ) -> Result<PageTable> {
     let mut pt: *mut raw::nvidia_p2p_page_table = ptr::null_mut();
     let (ret, callback) = match callback {
@@ -824,7 +919,12 @@ pub(crate) fn p2p_get_pages(
     }
     match NonNull::new(pt) {
         // INVARIANT: the driver handed out `pt` for this range.
-        Some(ptr) => Ok(PageTable { ptr, va, callback }),
+        Some(ptr) => Ok(PageTable {
+            ptr,
+            va,
+            callback,
+            stats,
+        }),
         None => {
             pr_err!("nvidia_p2p_get_pages returned success but no page table; the GPU driver is broken\n");
             // No page table to put back or to call a callback for.
@@ -859,7 +959,7 @@ impl PageTable {
         self.callback.is_none()
     }
 
-    /// Whether every page pointer is there (checked once, before [`Self::phys_addrs`] is used).
+    /// Whether every page pointer is there.
     pub(crate) fn pages_present(&self) -> bool {
         let t = self.table();
         if t.pages.is_null() {
@@ -868,17 +968,6 @@ impl PageTable {
         (0..t.entries as usize).all(|i| {
             // SAFETY: `pages` has `entries` elements (the driver's promise).
             !unsafe { *t.pages.add(i) }.is_null()
-        })
-    }
-
-    /// The physical (bus) address of each page, in order. Only after
-    /// [`Self::pages_present`] said yes.
-    pub(crate) fn phys_addrs(&self) -> impl Iterator<Item = u64> + '_ {
-        let t = self.table();
-        (0..t.entries as usize).map(move |i| {
-            // SAFETY: `pages` has `entries` non-null elements (the driver's
-            // promise, checked by `pages_present`), valid with the table.
-            unsafe { (**t.pages.add(i)).physical_address }
         })
     }
 
@@ -911,7 +1000,7 @@ impl Drop for PageTable {
     fn drop(&mut self) {
         // Every owner gives the table back explicitly (`put` or
         // `give_to_driver`); reaching this is a peermem bug that leaks a pin.
-        crate::stats::STATS.errors.inc();
+        self.stats.errors.inc();
         pr_err!("BUG: a pinned page table at {:#x} was dropped without being put back; its GPU memory stays pinned\n", self.va);
     }
 }
@@ -929,8 +1018,6 @@ unsafe impl Send for PciDev {}
 
 /// The DMA device `dma_map` is asked to map for (valid for `'a`, the call).
 pub(crate) enum DmaDevice<'a> {
-    /// None: a device that reads memory with the CPU (rxe, siw).
-    Cpu,
     /// A PCI device, with its scatter-gather limits.
     Pci {
         /// The device.
@@ -959,30 +1046,38 @@ impl NotPci<'_> {
 }
 
 impl DmaDevice<'_> {
+    /// `None` for a NULL device (no device to map for).
+    ///
     /// # Safety
     ///
     /// `dev` is NULL or a live device that outlives the returned value.
-    unsafe fn from_raw(dev: *mut kernel::bindings::device) -> Self {
-        if dev.is_null() {
-            return Self::Cpu;
-        }
+    unsafe fn from_raw(dev: *mut kernel::bindings::device) -> Option<Self> {
+        let dev = NonNull::new(dev)?;
         // SAFETY: `dev` is a live device.
-        let pdev = unsafe { raw::peermem_to_pci_dev(dev) };
-        match NonNull::new(pdev.cast::<kernel::bindings::pci_dev>()) {
-            Some(p) => Self::Pci {
-                // INVARIANT: the PCI device of the live `dev`.
-                pdev: PciDev(p),
-                // SAFETY: `dev` is a live device.
-                max_seg_size: unsafe { raw::peermem_dma_max_seg_size(dev) },
-                // SAFETY: `dev` is a live device.
-                seg_boundary: unsafe { raw::peermem_dma_seg_boundary(dev) },
+        let pdev = unsafe { raw::peermem_to_pci_dev(dev.as_ptr()) };
+        Some(
+            match NonNull::new(pdev.cast::<kernel::bindings::pci_dev>()) {
+                Some(p) => Self::Pci {
+                    // INVARIANT: the PCI device of the live `dev`.
+                    pdev: PciDev(p),
+                    // SAFETY: `dev` is a live device.
+                    max_seg_size: unsafe { raw::peermem_dma_max_seg_size(dev.as_ptr()) },
+                    // SAFETY: `dev` is a live device.
+                    seg_boundary: unsafe { raw::peermem_dma_seg_boundary(dev.as_ptr()) },
+                },
+                None => Self::Other(NotPci(dev, core::marker::PhantomData)),
             },
-            None => Self::Other(NotPci(
-                // SAFETY: not null (checked above).
-                unsafe { NonNull::new_unchecked(dev) },
-                core::marker::PhantomData,
-            )),
-        }
+        )
+    }
+}
+
+/// Set once `dma_map` was called without a DMA device (see [`report_no_dma_device`]).
+static NO_DMA_DEVICE_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Logs, once per load, that the core asked for a mapping without a DMA device.
+pub(crate) fn report_no_dma_device() {
+    if !NO_DMA_DEVICE_REPORTED.swap(true, Ordering::Relaxed) {
+        pr_err!("dma_map without a DMA device (NULL): the RDMA driver or the peer-memory core gives peermem no PCI device to map GPU memory for, and GPU peer-to-peer DMA needs one (a hardware RDMA adapter); every such registration on GPU memory fails with EINVAL (reported once)\n");
     }
 }
 
@@ -995,6 +1090,8 @@ impl DmaDevice<'_> {
 pub(crate) struct DmaMapping {
     ptr: NonNull<raw::nvidia_p2p_dma_mapping>,
     pdev: PciDev,
+    /// The counters of the client that mapped it.
+    stats: &'static Stats,
 }
 
 // SAFETY: the driver's object, usable from any thread.
@@ -1015,6 +1112,7 @@ impl DmaMapping {
         Ok(Self {
             ptr,
             pdev: PciDev(pdev.0),
+            stats: pt.stats,
         })
     }
 
@@ -1079,7 +1177,7 @@ impl DmaMapping {
 
 impl Drop for DmaMapping {
     fn drop(&mut self) {
-        crate::stats::STATS.errors.inc();
+        self.stats.errors.inc();
         pr_err!("BUG: a DMA mapping was dropped without being unmapped\n");
     }
 }
@@ -1174,23 +1272,4 @@ impl SgCursor<'_> {
         unsafe { raw::peermem_sg_set_dma(sg, addr, len) };
         Ok(())
     }
-
-    /// Next entry: `len` bytes of RAM at physical address `phys`.
-    /// `EOPNOTSUPP` if that is not RAM with struct pages, `EINVAL` past the end.
-    pub(crate) fn set_ram(&mut self, phys: u64, len: u32) -> Result {
-        if !phys_is_ram(phys, u64::from(len)) {
-            return Err(eopnotsupp());
-        }
-        let sg = self.advance()?;
-        // SAFETY: `sg` is an entry of the borrowed table; the range is RAM
-        // with struct pages in the linear map (checked above).
-        unsafe { raw::peermem_sg_set_ram(sg, phys, len) };
-        Ok(())
-    }
-}
-
-/// Whether `[phys, phys + len)` is RAM with struct pages in the linear map.
-pub(crate) fn phys_is_ram(phys: u64, len: u64) -> bool {
-    // SAFETY: FFI call without preconditions (it only inspects the memory map).
-    unsafe { raw::peermem_phys_is_ram(phys, len) }
 }

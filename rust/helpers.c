@@ -14,7 +14,6 @@
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
-#include <linux/highmem.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
 #include <linux/module.h>
@@ -35,19 +34,24 @@ MODULE_AUTHOR("The peermem authors");
 /* ---- Module parameters */
 
 /*
- * nv_mem: the name nvidia-peermem registers, which NCCL looks for
- * (/sys/kernel/mm/memory_peers/nv_mem/version) to decide that GPUDirect
- * RDMA works. It also keeps nvidia-peermem and peermem from both loading.
+ * nv_mem and nv_mem_nc: the names nvidia-peermem registers its two clients
+ * under (NCCL looks for /sys/kernel/mm/memory_peers/nv_mem/version where
+ * the core has that directory).
  */
 static char peer_name[IB_PEER_MEMORY_NAME_MAX] = "nv_mem";
 module_param_string(peer_name, peer_name, sizeof(peer_name), 0444);
 MODULE_PARM_DESC(peer_name,
-		 "Name to register with the peer-memory core: 1-63 characters of A-Z a-z 0-9 _ . - (default \"nv_mem\", the name of nvidia-peermem, which NCCL looks for)");
+		 "Name of the invalidating client; the non-invalidating one is this name followed by _nc. 1-63 characters of A-Z a-z 0-9 _ . - (at most 60 with enable_nc=Y). Default \"nv_mem\" (and \"nv_mem_nc\"), the names of nvidia-peermem's clients");
 
 static bool enable_invalidate = true;
 module_param(enable_invalidate, bool, 0444);
 MODULE_PARM_DESC(enable_invalidate,
-		 "Register as an invalidating client, so that freeing GPU memory revokes RDMA access to it (default Y). N: pin persistently, like NVIDIA's non-invalidating client; freed GPU memory then stays allocated until its registrations are gone");
+		 "Register the invalidating client (peer_name), which the core asks first for memory registrations, so that freeing GPU memory revokes RDMA access to it (default Y). N: leave it out; memory registrations on GPU memory then go to the non-invalidating client, pinned persistently: freed GPU memory stays allocated until they are gone");
+
+static bool enable_nc = true;
+module_param(enable_nc, bool, 0444);
+MODULE_PARM_DESC(enable_nc,
+		 "Register the non-invalidating client (peer_name followed by _nc), which pins persistently and is the only client the core asks for memory it cannot invalidate: queue buffers and doorbell pages of the RDMA driver (default Y). N: leave it out; those then cannot be in GPU memory");
 
 static bool mmu_notifier = true;
 module_param(mmu_notifier, bool, 0444);
@@ -62,6 +66,11 @@ const char *peermem_param_peer_name(void)
 bool peermem_param_enable_invalidate(void)
 {
 	return enable_invalidate;
+}
+
+bool peermem_param_enable_nc(void)
+{
+	return enable_nc;
 }
 
 bool peermem_param_mmu_notifier(void)
@@ -93,30 +102,6 @@ void peermem_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len)
 	sg_set_page(sg, NULL, len, 0);
 	sg_dma_address(sg) = dma_addr;
 	sg_dma_len(sg) = len;
-}
-
-void peermem_sg_set_ram(struct scatterlist *sg, u64 phys, unsigned int len)
-{
-	struct page *page = pfn_to_page(PHYS_PFN(phys));
-
-	sg_set_page(sg, page, len, 0);
-	sg_dma_address(sg) = (u64)(uintptr_t)page_address(page);
-	sg_dma_len(sg) = len;
-}
-
-bool peermem_phys_is_ram(u64 phys, u64 len)
-{
-	unsigned long pfn = PHYS_PFN(phys);
-	unsigned long last;
-
-	if (!len || !PAGE_ALIGNED(phys) || !PAGE_ALIGNED(len) ||
-	    phys + len < phys)
-		return false;
-	last = PHYS_PFN(phys + len - 1);
-	/* The first and last page of a run stand for the run (its chunks are RAM). */
-	if (!pfn_valid(pfn) || !pfn_valid(last))
-		return false;
-	return !PageHighMem(pfn_to_page(pfn)) && !PageHighMem(pfn_to_page(last));
 }
 
 /* ---- DMA devices */
@@ -379,7 +364,17 @@ int peermem_debugfs_create(peermem_counter_read_t read)
 	return 0;
 }
 
-void peermem_debugfs_add_counter(const char *name, const void *counter)
+void *peermem_debugfs_subdir(const char *name)
+{
+	struct dentry *dir;
+
+	if (!peermem_dir)
+		return NULL;
+	dir = debugfs_create_dir(name, peermem_dir);
+	return IS_ERR(dir) ? NULL : dir;
+}
+
+void peermem_debugfs_add_counter(void *dir, const char *name, const void *counter)
 {
 	if (!peermem_dir)
 		return;
@@ -388,8 +383,8 @@ void peermem_debugfs_add_counter(const char *name, const void *counter)
 	 * back to peermem_counter_get(); the file is read-only, so the cast
 	 * away from const is never written through.
 	 */
-	debugfs_create_file_unsafe(name, 0444, peermem_dir, (void *)counter,
-				   &peermem_counter_fops);
+	debugfs_create_file_unsafe(name, 0444, dir ?: peermem_dir,
+				   (void *)counter, &peermem_counter_fops);
 }
 
 void peermem_debugfs_add_knob(const char *name, u32 *value)
@@ -406,7 +401,10 @@ void peermem_msleep(unsigned int ms)
 
 void peermem_debugfs_remove(void)
 {
-	/* Waits for readers that are inside peermem_counter_get(). */
+	/*
+	 * Removes the subdirectories too, and waits for readers that are
+	 * inside peermem_counter_get().
+	 */
 	debugfs_remove(peermem_dir);
 	peermem_dir = NULL;
 }

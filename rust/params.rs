@@ -11,12 +11,16 @@ use kernel::prelude::*;
 /// Longest client name the peer-memory ABI holds (its `name[]` keeps a NUL).
 pub(crate) const PEER_NAME_MAX: usize = ffi::PEER_NAME_CAPACITY - 1;
 
+/// What the non-invalidating client's name adds to `peer_name`, as
+/// nvidia-peermem names its clients `nv_mem` and `nv_mem_nc`.
+pub(crate) const NC_SUFFIX: &str = "_nc";
+
 /// Why a peer name was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NameError {
     /// Empty.
     Empty,
-    /// Longer than [`PEER_NAME_MAX`] bytes.
+    /// Longer than the limit given to [`check_peer_name`].
     TooLong,
     /// `.` or `..`: the core uses the name as a sysfs directory name.
     Reserved,
@@ -24,12 +28,12 @@ pub(crate) enum NameError {
     BadChar(u8),
 }
 
-/// Checks a peer-memory client name and returns it as a `str`.
-pub(crate) fn check_peer_name(name: &[u8]) -> Result<&str, NameError> {
+/// Checks a peer-memory client name of at most `max` bytes and returns it as a `str`.
+pub(crate) fn check_peer_name(name: &[u8], max: usize) -> Result<&str, NameError> {
     if name.is_empty() {
         return Err(NameError::Empty);
     }
-    if name.len() > PEER_NAME_MAX {
+    if name.len() > max {
         return Err(NameError::TooLong);
     }
     if name == b"." || name == b".." {
@@ -45,12 +49,42 @@ pub(crate) fn check_peer_name(name: &[u8]) -> Result<&str, NameError> {
     core::str::from_utf8(name).map_err(|_| NameError::BadChar(0))
 }
 
+/// A client name built at load (`peer_name` + [`NC_SUFFIX`]), at most
+/// [`PEER_NAME_MAX`] bytes of `A-Z a-z 0-9 _ . -`.
+pub(crate) struct NameBuf {
+    buf: [u8; PEER_NAME_MAX],
+    len: usize,
+}
+
+impl NameBuf {
+    /// `base` followed by `suffix`; `None` if that is longer than [`PEER_NAME_MAX`].
+    pub(crate) fn join(base: &str, suffix: &str) -> Option<Self> {
+        let len = base.len() + suffix.len();
+        if len > PEER_NAME_MAX {
+            return None;
+        }
+        let mut buf = [0u8; PEER_NAME_MAX];
+        buf[..base.len()].copy_from_slice(base.as_bytes());
+        buf[base.len()..len].copy_from_slice(suffix.as_bytes());
+        Some(Self { buf, len })
+    }
+
+    /// The name.
+    pub(crate) fn as_str(&self) -> &str {
+        // Built from two `str`s (`join`): valid UTF-8.
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
 /// The module's parameters, checked.
 pub(crate) struct Params {
-    /// Name to register with the peer-memory core.
+    /// Name of the invalidating client (`peer_name`).
     pub(crate) peer_name: &'static str,
-    /// Register as an invalidating client.
-    pub(crate) enable_invalidate: bool,
+    /// Name of the non-invalidating client, `peer_name` + [`NC_SUFFIX`],
+    /// if it is registered (`enable_nc`).
+    pub(crate) nc_name: Option<NameBuf>,
+    /// Register the invalidating client (`enable_invalidate`).
+    pub(crate) invalidating: bool,
     /// Revoke registrations whose range the process unmaps or moves.
     pub(crate) mmu_notifier: bool,
 }
@@ -59,12 +93,27 @@ impl Params {
     /// Reads and checks the parameters given at load; `EINVAL` (and a
     /// message saying which and why) if one is unusable.
     pub(crate) fn from_module() -> Result<Self> {
+        let invalidating = ffi::param_enable_invalidate();
+        let nc = ffi::param_enable_nc();
+        if !invalidating && !nc {
+            pr_err!("enable_invalidate=0 and enable_nc=0 leave no peer-memory client to register; load peermem with at least one of them on\n");
+            return Err(EINVAL);
+        }
+        // The non-invalidating client's name must fit too.
+        let max = if nc {
+            PEER_NAME_MAX - NC_SUFFIX.len()
+        } else {
+            PEER_NAME_MAX
+        };
         let raw = ffi::param_peer_name();
-        let peer_name = match check_peer_name(raw) {
+        let peer_name = match check_peer_name(raw, max) {
             Ok(name) => name,
             Err(e) => {
                 let why = match e {
                     NameError::Empty => "it is empty",
+                    NameError::TooLong if nc => {
+                        "it is longer than 60 characters, and the non-invalidating client's name (peer_name followed by _nc) must fit in 63 (or load with enable_nc=0)"
+                    }
                     NameError::TooLong => "it is longer than 63 characters",
                     NameError::Reserved => "'.' and '..' are reserved",
                     NameError::BadChar(_) => "it may only contain A-Z a-z 0-9 _ . -",
@@ -76,9 +125,16 @@ impl Params {
                 return Err(EINVAL);
             }
         };
+        // Fits: `max` left room for the suffix.
+        let nc_name = if nc {
+            Some(NameBuf::join(peer_name, NC_SUFFIX).ok_or(EINVAL)?)
+        } else {
+            None
+        };
         Ok(Self {
             peer_name,
-            enable_invalidate: ffi::param_enable_invalidate(),
+            nc_name,
+            invalidating,
             mmu_notifier: ffi::param_mmu_notifier(),
         })
     }
@@ -89,39 +145,65 @@ impl Params {
 mod tests {
     use super::*;
 
+    const M: usize = PEER_NAME_MAX;
+
     #[test]
     fn good_names() {
-        assert_eq!(check_peer_name(b"peermem"), Ok("peermem"));
-        assert_eq!(check_peer_name(b"nv_mem"), Ok("nv_mem"));
-        assert_eq!(check_peer_name(b"a"), Ok("a"));
-        assert_eq!(check_peer_name(b"peer.mem-1_X"), Ok("peer.mem-1_X"));
-        assert_eq!(check_peer_name(b"..."), Ok("..."));
+        assert_eq!(check_peer_name(b"peermem", M), Ok("peermem"));
+        assert_eq!(check_peer_name(b"nv_mem", M), Ok("nv_mem"));
+        assert_eq!(check_peer_name(b"a", M), Ok("a"));
+        assert_eq!(check_peer_name(b"peer.mem-1_X", M), Ok("peer.mem-1_X"));
+        assert_eq!(check_peer_name(b"...", M), Ok("..."));
         let max = [b'x'; PEER_NAME_MAX];
-        assert!(check_peer_name(&max).is_ok());
+        assert!(check_peer_name(&max, M).is_ok());
     }
 
     #[test]
     fn bad_names() {
-        assert_eq!(check_peer_name(b""), Err(NameError::Empty));
+        assert_eq!(check_peer_name(b"", M), Err(NameError::Empty));
         assert_eq!(
-            check_peer_name(&[b'x'; PEER_NAME_MAX + 1]),
+            check_peer_name(&[b'x'; PEER_NAME_MAX + 1], M),
             Err(NameError::TooLong)
         );
-        assert_eq!(check_peer_name(b"."), Err(NameError::Reserved));
-        assert_eq!(check_peer_name(b".."), Err(NameError::Reserved));
-        assert_eq!(check_peer_name(b"a/b"), Err(NameError::BadChar(b'/')));
-        assert_eq!(check_peer_name(b"a b"), Err(NameError::BadChar(b' ')));
-        assert_eq!(check_peer_name(b"tab\t"), Err(NameError::BadChar(b'\t')));
+        assert_eq!(check_peer_name(b".", M), Err(NameError::Reserved));
+        assert_eq!(check_peer_name(b"..", M), Err(NameError::Reserved));
+        assert_eq!(check_peer_name(b"a/b", M), Err(NameError::BadChar(b'/')));
+        assert_eq!(check_peer_name(b"a b", M), Err(NameError::BadChar(b' ')));
+        assert_eq!(check_peer_name(b"tab\t", M), Err(NameError::BadChar(b'\t')));
         assert_eq!(
-            check_peer_name("m\u{e4}m".as_bytes()),
+            check_peer_name("m\u{e4}m".as_bytes(), M),
             Err(NameError::BadChar(0xc3))
         );
-        assert_eq!(check_peer_name(b"nul\0"), Err(NameError::BadChar(0)));
+        assert_eq!(check_peer_name(b"nul\0", M), Err(NameError::BadChar(0)));
     }
 
     #[test]
     fn name_capacity_matches_the_abi() {
         // name[IB_PEER_MEMORY_NAME_MAX] with its terminating NUL.
         assert_eq!(PEER_NAME_MAX, 63);
+    }
+
+    #[test]
+    fn the_nc_name_is_the_peer_name_with_its_suffix() {
+        assert_eq!(
+            NameBuf::join("nv_mem", NC_SUFFIX)
+                .as_ref()
+                .map(NameBuf::as_str),
+            Some("nv_mem_nc")
+        );
+        // A peer_name of 60 characters leaves room for "_nc", 61 does not.
+        let limit = PEER_NAME_MAX - NC_SUFFIX.len();
+        assert_eq!(limit, 60);
+        let long = [b'y'; PEER_NAME_MAX];
+        let at_limit = check_peer_name(&long[..limit], limit);
+        assert!(at_limit.is_ok());
+        let nc = at_limit.ok().and_then(|n| NameBuf::join(n, NC_SUFFIX));
+        assert_eq!(nc.as_ref().map(|n| n.as_str().len()), Some(PEER_NAME_MAX));
+        assert_eq!(
+            check_peer_name(&long[..limit + 1], limit),
+            Err(NameError::TooLong)
+        );
+        let too_long = core::str::from_utf8(&long[..limit + 1]).unwrap_or("");
+        assert!(NameBuf::join(too_long, NC_SUFFIX).is_none());
     }
 }

@@ -4,19 +4,22 @@
 //! lets `ibv_reg_mr()` register GPU memory exported through the NVIDIA P2P
 //! interface (`nvidia_p2p_*`).
 //!
-//! At load it registers with the peer-memory core (`peer_name`, by default
-//! `nv_mem`, the name NCCL looks for) as an invalidating client with
-//! `PEER_MEM_INVALIDATE_UNMAPS`, or, with `enable_invalidate=0`, as a
-//! non-invalidating one that pins persistently. Each registration pins its
-//! GPU pages once, in `acquire`, and maps them with contiguous pages
-//! coalesced; when the GPU memory is freed under a live registration the
-//! driver's free callback invalidates it through the core, and so does an
-//! mmu interval notifier when the process unmaps or moves the registered
-//! range. See `docs/module.md`.
+//! At load it registers two clients with the peer-memory core, as
+//! nvidia-peermem does: `peer_name` (by default `nv_mem`), invalidating
+//! with `PEER_MEM_INVALIDATE_UNMAPS`, and `<peer_name>_nc` (`nv_mem_nc`),
+//! non-invalidating, which pins persistently and serves the umems the core
+//! cannot invalidate (queue buffers, doorbell pages) and the registrations
+//! `nv_mem` declines; `enable_invalidate=0` or `enable_nc=0` leaves one
+//! out. Each registration pins its GPU pages once, in `acquire`, and maps
+//! them for the RDMA device's PCI device (`nvidia_p2p_dma_map_pages`) with
+//! contiguous bus addresses coalesced; when the GPU memory is freed under a
+//! live `nv_mem` registration the driver's free callback invalidates it
+//! through the core, and so does an mmu interval notifier when the process
+//! unmaps or moves the registered range. See `docs/module.md`.
 //!
 //! Layout: `ffi` is the only module with raw bindings and C calls;
-//! `client` is the client's logic, `range` the page arithmetic, `stats`
-//! the counters in `/sys/kernel/debug/peermem/`, `params` the module
+//! `client` is the clients' logic, `range` the page arithmetic, `stats`
+//! the counters in `/sys/kernel/debug/peermem/` (and `nc/`), `params` the module
 //! parameters, `sync` the lock type, `inject` the test delays. Kernel
 //! interfaces whose Rust abstractions differ between the supported kernels
 //! (module parameters, debugfs, scatterlists, PCI) live in the C glue
@@ -55,16 +58,29 @@ module! {
 }
 
 struct PeerMem {
+    /// The non-invalidating client (`nv_mem_nc`), unless `enable_nc=0`.
+    core_nc: Option<ffi::CoreClient>,
+    /// The invalidating client (`nv_mem`), unless `enable_invalidate=0`.
     core: Option<ffi::CoreClient>,
     watches: Option<ffi::Watches>,
     debugfs: Option<ffi::Debugfs>,
-    name: &'static str,
+    params: params::Params,
+}
+
+/// Registers the client `kind` as `name`, or says why the core refused.
+fn register(kind: client::Kind, name: &str) -> Result<ffi::CoreClient> {
+    ffi::CoreClient::register(kind, name).inspect_err(|_| {
+        pr_err!(
+            "the peer-memory core refused to register client {} (see its messages above); unload peermem and other peer-memory clients and load it again, or report the core's message\n",
+            name
+        );
+    })
 }
 
 impl kernel::Module for PeerMem {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let params = params::Params::from_module()?;
-        let debugfs = match ffi::Debugfs::create(&stats::STATS) {
+        let debugfs = match ffi::Debugfs::create(&stats::STATS, &stats::STATS_NC) {
             Ok(d) => Some(d),
             Err(e) => {
                 pr_warn!(
@@ -74,64 +90,76 @@ impl kernel::Module for PeerMem {
                 None
             }
         };
-        client::set_invalidating(params.enable_invalidate);
         // Before the core can call acquire, which starts watches.
         let watches = ffi::Watches::setup().inspect_err(|_| {
             pr_err!("out of memory creating peermem's work queue; try loading it again\n");
         })?;
-        let core = match ffi::CoreClient::register(params.peer_name, params.enable_invalidate) {
-            Ok(c) => c,
-            Err(e) => {
-                pr_err!(
-                    "the peer-memory core refused to register client {} (see its messages above; a client of that name may be loaded already, e.g. nvidia-peermem as nv_mem): load peermem with another peer_name= or unload the other client\n",
-                    params.peer_name
-                );
-                return Err(e);
-            }
+        // The invalidating client first: the core asks clients in the
+        // order they registered, so MRs go to it and only what it declines
+        // (and what cannot be invalidated) to the non-invalidating one.
+        let core = if params.invalidating {
+            Some(register(client::Kind::Invalidating, params.peer_name)?)
+        } else {
+            None
         };
-        pr_info!(
-            "version {} loaded, registered as peer-memory client {} ({}{})\n",
-            ffi::VERSION,
-            params.peer_name,
-            if params.enable_invalidate {
-                "invalidating: freed GPU memory is revoked from RDMA"
-            } else {
-                "not invalidating: persistent pins, freed GPU memory stays until deregistration"
-            },
-            match (params.enable_invalidate, ffi::Watches::available()) {
-                (false, _) => "",
-                (true, true) => "; so is a range the process unmaps or moves",
-                (true, false) if !params.mmu_notifier => {
-                    "; mmu_notifier=0: unmapping or moving a registered range does not revoke it"
+        // On failure `core` drops here, unregistering the first client.
+        let core_nc = match &params.nc_name {
+            Some(name) => Some(register(client::Kind::Persistent, name.as_str())?),
+            None => None,
+        };
+        pr_info!("version {} loaded\n", ffi::VERSION);
+        if core.is_some() {
+            pr_info!(
+                "registered as peer-memory client {} (invalidating: freed GPU memory is revoked from RDMA{})\n",
+                params.peer_name,
+                match (ffi::Watches::available(), params.mmu_notifier) {
+                    (true, _) => "; so is a range the process unmaps or moves",
+                    (false, false) => {
+                        "; mmu_notifier=0: unmapping or moving a registered range does not revoke it"
+                    }
+                    (false, true) => {
+                        "; this kernel has no MMU notifiers: unmapping or moving a registered range does not revoke it"
+                    }
                 }
-                (true, false) => {
-                    "; this kernel has no MMU notifiers: unmapping or moving a registered range does not revoke it"
-                }
-            }
-        );
+            );
+        } else {
+            pr_info!("enable_invalidate=0: no invalidating client; memory registrations on GPU memory are pinned persistently by the non-invalidating client, and freed GPU memory stays allocated until they are deregistered\n");
+        }
+        match &params.nc_name {
+            Some(name) => pr_info!(
+                "registered as peer-memory client {} (not invalidating: persistent pins for queue buffers, doorbell pages and registrations {} does not take; freed GPU memory stays allocated until they are released)\n",
+                name.as_str(),
+                if core.is_some() { params.peer_name } else { "no other client" }
+            ),
+            None => pr_info!("enable_nc=0: no non-invalidating client; queue buffers and doorbell pages on GPU memory cannot be registered (EFAULT)\n"),
+        }
         Ok(Self {
-            core: Some(core),
+            core_nc,
+            core,
             watches: Some(watches),
             debugfs,
-            name: params.peer_name,
+            params,
         })
     }
 }
 
 impl Drop for PeerMem {
     fn drop(&mut self) {
-        let live = stats::STATS
-            .registrations_acquired
-            .get()
-            .wrapping_sub(stats::STATS.registrations_released.get());
+        let live = |s: &stats::Stats| {
+            s.registrations_acquired
+                .get()
+                .wrapping_sub(s.registrations_released.get())
+        };
+        let live = live(&stats::STATS).wrapping_add(live(&stats::STATS_NC));
         if live != 0 {
             pr_info!(
-                "unloading: waiting until the {} registration(s) on GPU memory are deregistered (ibv_dereg_mr or process exit)\n",
+                "unloading: waiting until the {} registration(s) on GPU memory are deregistered (ibv_dereg_mr, closing what holds them, or process exit)\n",
                 live
             );
         }
-        // Sleeps until the core released every registration (which stops
-        // every address watch).
+        // Each sleeps until the core released every registration of that
+        // client (which stops every address watch).
+        drop(self.core_nc.take());
         drop(self.core.take());
         // Runs the address-change work items still queued.
         drop(self.watches.take());
@@ -146,6 +174,16 @@ impl Drop for PeerMem {
             );
         }
         drop(self.debugfs.take());
-        pr_info!("unregistered {} and unloaded\n", self.name);
+        let p = &self.params;
+        match (p.invalidating, &p.nc_name) {
+            (true, Some(nc)) => pr_info!(
+                "unregistered {} and {} and unloaded\n",
+                p.peer_name,
+                nc.as_str()
+            ),
+            (true, None) => pr_info!("unregistered {} and unloaded\n", p.peer_name),
+            (false, Some(nc)) => pr_info!("unregistered {} and unloaded\n", nc.as_str()),
+            (false, None) => pr_info!("unloaded\n"),
+        }
     }
 }

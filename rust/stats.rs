@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Event counters, shown in `/sys/kernel/debug/peermem/`.
+//! Event counters, one set per peer-memory client: the invalidating client
+//! (`nv_mem`) in `/sys/kernel/debug/peermem/`, the non-invalidating one
+//! (`nv_mem_nc`) in `/sys/kernel/debug/peermem/nc/`.
 //!
 //! Every counter only ever goes up; "live" quantities are differences
 //! (e.g. `pages_pinned - pages_unpinned`), so a reader never sees a torn
@@ -54,7 +56,7 @@ macro_rules! c_name {
 
 macro_rules! define_stats {
     ($($(#[doc = $doc:literal])+ $field:ident,)+) => {
-        /// peermem's counters; the field names are the debugfs file names.
+        /// One client's counters; the field names are the debugfs file names.
         pub(crate) struct Stats {
             $($(#[doc = $doc])+ pub(crate) $field: Counter,)+
         }
@@ -127,8 +129,12 @@ define_stats! {
     errors,
 }
 
-/// The module's counters.
+/// The counters of the invalidating client (`nv_mem`), and of what is not
+/// any one registration's (free callbacks only come for its pins).
 pub(crate) static STATS: Stats = Stats::new();
+
+/// The counters of the non-invalidating client (`nv_mem_nc`).
+pub(crate) static STATS_NC: Stats = Stats::new();
 
 #[cfg(peermem_kunit)]
 #[::kernel::macros::kunit_tests(peermem_stats)]
