@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * peermem_test.h - helpers of the peermem guest tests: loading gpusim and
- * peermem, peermem's and gpusim's debugfs counters, gpusim allocations.
+ * peermem, peermem's and gpusim's debugfs counters, gpusim allocations,
+ * the core's umem_test hook.
  * TAP output, rxe0 and the RC loopback come from the core tests'
  * core_test.h (used as is).
  *
@@ -19,64 +20,142 @@
 #include "../core/core_test.h"
 #include "../../gpusim/gpusim_uapi.h"
 
-#define PMDBG "/sys/kernel/debug/peermem/"
+#define PMDBG "/sys/kernel/debug/peermem/"	/* counters of nv_mem (and knobs) */
+#define PMDBG_NC PMDBG "nc/"			/* counters of nv_mem_nc */
 #define GSDBG "/sys/kernel/debug/gpusim/"
+#ifndef UMEM_TEST
+#define UMEM_TEST "/sys/kernel/debug/peer_memory/umem_test"
+#endif
 #define MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
 		   IBV_ACCESS_REMOTE_READ)
 #define GPU_PAGE ((uint64_t)GPUSIM_GPU_PAGE_SIZE)
 
-/* The name peermem registered with the core (its peer_name parameter). */
-static char pm_name[64];
+/*
+ * The client that serves memory registrations (ibv_reg_mr): the
+ * invalidating one (peer_name, nv_mem by default), or with
+ * enable_invalidate=0 the non-invalidating one (peer_name + "_nc"). pm()
+ * reads its counters. pm_nc_name: the non-invalidating client ("" with
+ * enable_nc=0), whose counters pm_nc() reads.
+ */
+static char pm_name[64], pm_nc_name[64];
+static const char *pm_dir = PMDBG;
 
 static const char *root_dir(void)
 {
 	return getenv("PEERMEM_ROOT") ?: ".";
 }
 
-/* A peermem counter; -1 if unreadable. */
+/* A counter of the client whose debugfs directory is dir; -1 if unreadable. */
+static long long pmc(const char *dir, const char *counter)
+{
+	return read_ll("%s%s", dir, counter);
+}
+
+/* A counter of the MR client (pm_name); -1 if unreadable. */
 static long long pm(const char *counter)
 {
-	return read_ll(PMDBG "%s", counter);
+	return pmc(pm_dir, counter);
+}
+
+/* A counter of the non-invalidating client; -1 if unreadable. */
+static long long pm_nc(const char *counter)
+{
+	return pmc(PMDBG_NC, counter);
 }
 
 /* What exists right now, derived from the monotonic counters. */
+static long long pmc_live_regs(const char *dir)
+{
+	return pmc(dir, "registrations_acquired") - pmc(dir, "registrations_released");
+}
+
+static long long pmc_live_pins(const char *dir)
+{
+	return pmc(dir, "page_tables_pinned") - pmc(dir, "page_tables_unpinned");
+}
+
+static long long pmc_live_maps(const char *dir)
+{
+	return pmc(dir, "dma_maps") - pmc(dir, "dma_unmaps");
+}
+
+static long long pmc_live_objects(const char *dir)
+{
+	return pmc(dir, "objects_created") - pmc(dir, "objects_freed");
+}
+
 static long long pm_live_regs(void)
 {
-	return pm("registrations_acquired") - pm("registrations_released");
+	return pmc_live_regs(pm_dir);
 }
 
 static long long pm_live_pins(void)
 {
-	return pm("page_tables_pinned") - pm("page_tables_unpinned");
+	return pmc_live_pins(pm_dir);
 }
 
 static long long pm_live_maps(void)
 {
-	return pm("dma_maps") - pm("dma_unmaps");
+	return pmc_live_maps(pm_dir);
 }
 
 static long long pm_live_objects(void)
 {
-	return pm("objects_created") - pm("objects_freed");
+	return pmc_live_objects(pm_dir);
 }
 
+/* The client of directory dir holds nothing (and its counters are readable). */
+static int pmc_idle(const char *dir)
+{
+	return pmc(dir, "registrations_acquired") >= 0 &&
+	       pmc_live_regs(dir) == 0 && pmc_live_pins(dir) == 0 &&
+	       pmc_live_maps(dir) == 0 && pmc_live_objects(dir) == 0 &&
+	       pmc(dir, "pages_pinned") == pmc(dir, "pages_unpinned") &&
+	       pmc(dir, "bytes_pinned") == pmc(dir, "bytes_unpinned");
+}
+
+/* Neither of peermem's clients holds anything. */
 static int pm_idle(void)
 {
-	return pm_live_regs() == 0 && pm_live_pins() == 0 &&
-	       pm_live_maps() == 0 && pm_live_objects() == 0 &&
-	       pm("pages_pinned") == pm("pages_unpinned") &&
-	       pm("bytes_pinned") == pm("bytes_unpinned");
+	return pmc_idle(PMDBG) && pmc_idle(PMDBG_NC);
+}
+
+static void pmc_diag(const char *what, const char *dir)
+{
+	diag("peermem %s: acquired %lld declined %lld released %lld pins %lld/%lld maps %lld/%lld objects %lld/%lld sg %lld->%lld free_cb %lld inval %lld errors %lld",
+	     what, pmc(dir, "registrations_acquired"), pmc(dir, "registrations_declined"),
+	     pmc(dir, "registrations_released"), pmc(dir, "page_tables_pinned"),
+	     pmc(dir, "page_tables_unpinned"), pmc(dir, "dma_maps"), pmc(dir, "dma_unmaps"),
+	     pmc(dir, "objects_created"), pmc(dir, "objects_freed"),
+	     pmc(dir, "sg_entries_uncoalesced"), pmc(dir, "sg_entries_coalesced"),
+	     pmc(dir, "free_callbacks"), pmc(dir, "invalidations_gpu_free"), pmc(dir, "errors"));
 }
 
 static void pm_diag(void)
 {
-	diag("peermem: acquired %lld declined %lld released %lld pins %lld/%lld maps %lld/%lld objects %lld/%lld sg %lld->%lld free_cb %lld inval %lld errors %lld",
-	     pm("registrations_acquired"), pm("registrations_declined"),
-	     pm("registrations_released"), pm("page_tables_pinned"),
-	     pm("page_tables_unpinned"), pm("dma_maps"), pm("dma_unmaps"),
-	     pm("objects_created"), pm("objects_freed"),
-	     pm("sg_entries_uncoalesced"), pm("sg_entries_coalesced"),
-	     pm("free_callbacks"), pm("invalidations_gpu_free"), pm("errors"));
+	pmc_diag("nv_mem", PMDBG);
+	pmc_diag("nv_mem_nc", PMDBG_NC);
+}
+
+/*
+ * The core's per-client counters follow OFED's (docs/core.md):
+ * num_reg_pages adds the entries of each table, num_dereg_pages never
+ * moves, num_dealloc_mrs counts a mapping when it stops being mapped
+ * (deregistered or invalidated), num_dereg_bytes when its umem is unmapped
+ * (at deregistration; for an invalidated one at its release, twice if the
+ * invalidation came after the release began).
+ */
+
+/* Every mapping the core made through the client stopped being mapped. */
+static int core_none_mapped(const struct peer_stats *s)
+{
+	return s->alloc_mrs >= 0 && s->alloc_mrs == s->dealloc_mrs;
+}
+
+/* ... and every umem it made through the client was released. */
+static int core_all_released(const struct peer_stats *s)
+{
+	return core_none_mapped(s) && s->dereg_bytes >= s->reg_bytes;
 }
 
 static long long gs(const char *what)
@@ -143,10 +222,24 @@ static int idle_but_vmas(void)
 	       gs("live_dma_mappings") == 0;
 }
 
+/* A Y/N parameter of the loaded peermem. */
+static int pm_param_on(const char *param)
+{
+	char path[128], v[8] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/module/peermem/parameters/%s", param);
+	f = fopen(path, "r");
+	if (!f || !fgets(v, sizeof(v), f))
+		bail("cannot read peermem's parameter %s", param);
+	fclose(f);
+	return v[0] == 'Y' || v[0] == '1';
+}
+
 /*
  * Load gpusim (if needed) and peermem with module arguments args (reloading
  * peermem if it is loaded); the reference client goes first. Bails out on
- * failure. Sets pm_name.
+ * failure. Sets pm_name, pm_nc_name and pm_dir.
  */
 static void load_modules(const char *args)
 {
@@ -182,6 +275,15 @@ static void load_modules(const char *args)
 		bail("cannot read peermem's peer_name");
 	fclose(f);
 	pm_name[strcspn(pm_name, "\n")] = 0;
+	pm_nc_name[0] = 0;
+	if (pm_param_on("enable_nc"))
+		snprintf(pm_nc_name, sizeof(pm_nc_name), "%.60s_nc", pm_name);
+	pm_dir = PMDBG;
+	if (!pm_param_on("enable_invalidate")) {
+		/* The non-invalidating client takes the registrations. */
+		snprintf(pm_name, sizeof(pm_name), "%s", pm_nc_name);
+		pm_dir = PMDBG_NC;
+	}
 }
 
 /* A gpusim allocation of len bytes mapped in this process. */
@@ -310,6 +412,72 @@ static void *race_free(void *arg)
 	usleep(r->free_after);
 	r->free_ret = gmem_free(r->fd, &r->g);
 	return NULL;
+}
+
+/*
+ * The core's rig-only umem_test hook (debugfs peer_memory/umem_test): an
+ * open file holds at most one umem of the writer's range, got as a driver
+ * gets its queue buffers (kind "queue": ib_umem_get_peer(..., 0), only
+ * non-invalidating clients are asked) or an MR ("mr": IB_PEER_MEM_INVAL_SUPP),
+ * until it is closed.
+ */
+struct umem_info {
+	char client[64];	/* "none", "pinned" (not peer memory) or the client's name */
+	char kind[16];
+	long long nents, page_size, dma_bytes, translated;
+	int invalidated;
+	int first_ok;		/* first= was read through the bus address */
+	uint64_t first;		/* the u64 at the umem's address, as the device reads it */
+};
+
+static int umem_open(void)
+{
+	int f = open(UMEM_TEST, O_RDWR);
+
+	return f < 0 ? -errno : f;
+}
+
+/* Get a umem of [addr, addr + len) of kind on ibdev: 0 or -errno. */
+static int umem_get(int f, const char *ibdev, const void *addr, size_t len, const char *kind)
+{
+	char line[128];
+	ssize_t n;
+
+	snprintf(line, sizeof(line), "%s %#llx %#zx %s", ibdev,
+		 (unsigned long long)(uintptr_t)addr, len, kind);
+	n = write(f, line, strlen(line));
+	if (n < 0)
+		return -errno;
+	return n == (ssize_t)strlen(line) ? 0 : -EIO;
+}
+
+/* What the umem of f looks like now: 0, or -1 if the line does not parse. */
+static int umem_read(int f, struct umem_info *u)
+{
+	char line[512], first[40] = "";
+	ssize_t n;
+
+	memset(u, 0, sizeof(*u));
+	n = pread(f, line, sizeof(line) - 1, 0);
+	if (n <= 0)
+		return -1;
+	line[n] = 0;
+	if (sscanf(line, "client=%63s kind=%15s nents=%lld page_size=%lld dma_bytes=%lld translated=%lld invalidated=%d first=%39s",
+		   u->client, u->kind, &u->nents, &u->page_size, &u->dma_bytes,
+		   &u->translated, &u->invalidated, first) != 8) {
+		diag("umem_test: unexpected line '%s'", line);
+		return -1;
+	}
+	u->first_ok = strncmp(first, "none:", 5) != 0;
+	u->first = strtoull(u->first_ok ? first : first + 5, NULL, 16);
+	return 0;
+}
+
+static void umem_diag(const char *what, const struct umem_info *u)
+{
+	diag("%s: client=%s kind=%s nents=%lld page_size=%lld dma_bytes=%lld translated=%lld invalidated=%d first=%s%016llx",
+	     what, u->client, u->kind, u->nents, u->page_size, u->dma_bytes, u->translated,
+	     u->invalidated, u->first_ok ? "" : "none:", (unsigned long long)u->first);
 }
 
 #endif /* PEERMEM_TEST_H */
