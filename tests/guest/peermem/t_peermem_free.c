@@ -21,7 +21,7 @@ static int wait_invalidated(const struct peer_stats *s0, long long n, struct pee
 
 	do {
 		peer_stats(pm_name, s1);
-		if (s1->invalidated_mrs >= s0->invalidated_mrs + n && peer_stats_balanced(s1))
+		if (s1->invalidated_mrs >= s0->invalidated_mrs + n && core_none_mapped(s1))
 			return 1;
 		usleep(20000);
 	} while (now_s() < end);
@@ -34,7 +34,7 @@ int main(void)
 	struct ibv_mr *mr, *mr2;
 	struct gmem g;
 	uint8_t *saved;
-	long long cb0, inv0, e0;
+	long long cb0, inv0, e0, maps0;
 	int fd, rc, st, i;
 
 	rxe_up();
@@ -157,7 +157,7 @@ int main(void)
 		   "free %s: one free callback, %s", where,
 		   i ? "which invalidated its ticket through the core" : "no ticket yet, so no invalidation");
 		ok(s1.alloc_mrs == s0.alloc_mrs && s1.invalidated_mrs == s0.invalidated_mrs &&
-		   peer_stats_balanced(&s1), "free %s: the core never mapped it", where);
+		   core_all_released(&s1), "free %s: the core never mapped it", where);
 		ok(wait_for(idle_but_vmas, 10), "free %s: nothing registered, pinned or left", where);
 		if (!idle_but_vmas()) {
 			pm_diag();
@@ -174,7 +174,7 @@ int main(void)
 		   i ? "/dev/gpusim" : "uverbs", st);
 		ok(wait_for(all_idle, 30), "process exit releases the MR, the pin and the memory");
 		peer_stats(pm_name, &s1);
-		ok(peer_stats_balanced(&s1) && s1.alloc_mrs == s0.alloc_mrs + 1,
+		ok(core_all_released(&s1) && s1.alloc_mrs == s0.alloc_mrs + 1,
 		   "core counters balanced after the exit");
 		diag("exit %d: %lld invalidation(s), %lld free callback(s)", i,
 		     s1.invalidated_mrs - s0.invalidated_mrs, s1.free_callbacks - s0.free_callbacks);
@@ -189,17 +189,44 @@ int main(void)
 	 * each free callback, so a free started a little after a registration
 	 * lands in a different step each round (inside the pin of acquire,
 	 * between acquire and get_pages, before dma_map, with the MR live,
-	 * during deregistration).
+	 * during deregistration). A registration fails with EFAULT when
+	 * peermem sees the free first; or with the GPU driver's errno from
+	 * nvidia_p2p_dma_map_pages, which gpusim refuses with EINVAL for a
+	 * page table whose free callback is pending (docs/gpusim.md; the 550
+	 * driver maps it, and the callback then revokes the new MR): accepted
+	 * only in a round where peermem called it.
 	 */
 	e0 = pm("errors");
 	{
-		int regs_ok = 0, regs_failed = 0, bad_errno = 0, rounds = 24;
+		int regs_ok = 0, regs_failed = 0, bad_errno = 0, refused_maps = 0, rounds = 24;
+		/* How long a registration takes, with gpusim's delay and without. */
+		useconds_t t_reg[2];
+
+		for (i = 0; i < 2; i++) {
+			double t0;
+
+			gs_knob("delay_us", i ? "0" : "3000");
+			if (gmem_alloc(fd, LEN, &g))
+				bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+			t0 = now_s();
+			mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+			t_reg[i] = (useconds_t)((now_s() - t0) * 1e6);
+			if (!mr)
+				bail("ibv_reg_mr for the timing: %s", strerror(errno));
+			ibv_dereg_mr(mr);
+			gmem_free(fd, &g);
+			gmem_drop(&g);
+		}
+		diag("a registration takes %u us with gpusim's delay_us=3000, %u us without", t_reg[0], t_reg[1]);
 
 		for (i = 0; i < rounds; i++) {
-			/* 3 ms in gpusim for the first 16 rounds, then none. */
+			/*
+			 * 3 ms in gpusim for the first 16 rounds, then none; the
+			 * free starts 0 to 1.4 registration times after it.
+			 */
 			struct race r = {
 				.fd = fd,
-				.free_after = i < 16 ? (useconds_t)(i % 8) * 1500 : (useconds_t)(i % 8) * 400,
+				.free_after = (useconds_t)(i % 8) * t_reg[i < 16 ? 0 : 1] / 5,
 			};
 			pthread_t t;
 
@@ -208,9 +235,13 @@ int main(void)
 			if (gmem_alloc(fd, LEN, &r.g))
 				bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
 			fill(r.g.p, LEN, 0x4000 + i);
+			maps0 = gs("calls/dma_map_pages");
 			pthread_create(&t, NULL, race_free, &r);
 			mr = ibv_reg_mr(c.pd, r.g.p, LEN, MR_ACCESS);
-			if (mr) {
+			if (!mr && errno == EINVAL && gs("calls/dma_map_pages") > maps0) {
+				refused_maps++;
+				regs_failed++;
+			} else if (mr) {
 				regs_ok++;
 				if (i & 1) {
 					/* Deregister right away, racing the free. */
@@ -237,16 +268,20 @@ int main(void)
 				bad_errno++;
 			gmem_drop(&r.g);
 		}
-		diag("races: %d registrations succeeded, %d failed with EFAULT", regs_ok, regs_failed - bad_errno);
-		ok(bad_errno == 0, "%d rounds of free racing registration/deregistration: every registration succeeds or fails with EFAULT, no RDMA after a free succeeds",
+		diag("races: %d registrations succeeded, %d failed with EFAULT, %d with EINVAL from nvidia_p2p_dma_map_pages",
+		     regs_ok, regs_failed - bad_errno - refused_maps, refused_maps);
+		ok(bad_errno == 0, "%d rounds of free racing registration/deregistration: every registration succeeds, or fails with EFAULT or with the driver's refusal to map a page table being freed; no RDMA after a free succeeds",
 		   rounds);
+		ok(regs_ok > 0 && regs_failed > 0,
+		   "the free landed both before and after registrations completed (%d succeeded, %d failed)",
+		   regs_ok, regs_failed);
 		ok(wait_for(all_idle, 30), "after the races nothing is registered, pinned, mapped or allocated");
 		if (!all_idle()) {
 			pm_diag();
 			gs_diag();
 		}
 		peer_stats(pm_name, &s1);
-		ok(peer_stats_balanced(&s1), "core counters balanced after the races");
+		ok(core_all_released(&s1), "core counters balanced after the races");
 	}
 	gs_knob("delay_us", "0");
 	diag("errors counted during the races: %lld (freed memory, EFAULT)", pm("errors") - e0);

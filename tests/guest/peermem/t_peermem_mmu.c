@@ -117,7 +117,7 @@ static int balanced(void)
 {
 	struct peer_stats s;
 
-	return peer_stats(pm_name, &s) == 0 && peer_stats_balanced(&s);
+	return peer_stats(pm_name, &s) == 0 && core_all_released(&s);
 }
 
 /* Idle, except for CPU mappings and allocations of gpusim. */
@@ -557,7 +557,7 @@ static void test_exit(void)
 		ok(s1.inv_mmu == s0.inv_mmu && s1.addr_chg == s0.addr_chg,
 		   "exit (%s opened first): the address-space teardown is ignored: invalidations_mmu_notifier and address_changes unchanged (%+lld, %+lld)",
 		   first, s1.inv_mmu - s0.inv_mmu, s1.addr_chg - s0.addr_chg);
-		ok(peer_stats_balanced(&s1.ps) && s1.ps.alloc_mrs == s0.ps.alloc_mrs + 1,
+		ok(core_all_released(&s1.ps) && s1.ps.alloc_mrs == s0.ps.alloc_mrs + 1,
 		   "exit (%s opened first): core counters balanced", first);
 		diag("exit (%s first): %lld core invalidation(s), %lld free callback(s)", first,
 		     s1.ps.invalidated_mrs - s0.ps.invalidated_mrs, s1.free_cb - s0.free_cb);

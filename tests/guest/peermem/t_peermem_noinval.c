@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * peermem with enable_invalidate=0: a non-invalidating client (persistent
+ * peermem with enable_invalidate=0: only the non-invalidating client
+ * nv_mem_nc is registered, and memory registrations go to it (persistent
  * pins, like NVIDIA's nv_mem_nc). Freeing the GPU memory does not touch a
  * live MR (the memory stays allocated, RDMA keeps working on it) until the
  * MR is deregistered; rmmod waits for the MR.
@@ -21,8 +22,9 @@ int main(void)
 	pid_t pid;
 
 	rxe_up();
-	load_modules("enable_invalidate=0 peer_name=nv_mem_nc");
-	ok(!strcmp(pm_name, "nv_mem_nc"), "peermem loaded with enable_invalidate=0 as %s", pm_name);
+	load_modules("enable_invalidate=0");
+	ok(!strcmp(pm_name, "nv_mem_nc") && access("/sys/kernel/debug/peer_memory/nv_mem", F_OK) != 0,
+	   "peermem loaded with enable_invalidate=0: only %s is registered", pm_name);
 	snprintf(path, sizeof(path), "/sys/kernel/debug/peer_memory/%s/flags", pm_name);
 	read_line(path, flags, sizeof(flags));
 	ok(!strcmp(flags, "invalidate=0 invalidate_unmaps=0"), "the core sees a non-invalidating client (%s)", flags);
@@ -48,6 +50,8 @@ int main(void)
 		bail("GPU MR failed");
 	rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, LEN, (uintptr_t)g.p, mr->rkey);
 	ok(rc == 0 && !memcmp(h, saved, LEN), "RDMA READ of the GPU MR (status %d)", rc);
+	ok(pm_live_maps() == 1 && gs("live_dma_mappings") == 1,
+	   "mapped for rxe's PCI device (nvidia_p2p_dma_map_pages)");
 
 	peer_stats(pm_name, &s0);
 	ok(gmem_free(fd, &g) == 0 && pm("free_callbacks") == 0,
