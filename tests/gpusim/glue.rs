@@ -29,7 +29,7 @@ extern "C" {
     fn gpusim_chunk_alloc(bytes: usize, phys: *mut u64) -> *mut c_void;
     fn gpusim_chunk_free(virt: *mut c_void, bytes: usize);
     fn gpusim_phys_to_virt(phys: u64) -> *mut c_void;
-    fn gpusim_pci_dma_capable(pdev: *mut bindings::pci_dev) -> bool;
+    fn gpusim_pci_dma_peer_ok(pdev: *mut bindings::pci_dev) -> bool;
     fn gpusim_dma_map(pdev: *mut bindings::pci_dev, phys: u64, len: usize, dma: *mut u64) -> c_int;
     fn gpusim_dma_unmap(pdev: *mut bindings::pci_dev, dma: u64, len: usize);
     fn gpusim_mm_get_current() -> *mut bindings::mm_struct;
@@ -192,14 +192,13 @@ pub(crate) unsafe fn map_user(
     }
 }
 
-/// Whether `pdev` has a DMA mask.
-///
-/// # Safety
-///
-/// `pdev` must point to a live `struct pci_dev`.
-pub(crate) unsafe fn pci_dma_capable(pdev: *mut bindings::pci_dev) -> bool {
-    // SAFETY: Guaranteed by the caller.
-    unsafe { gpusim_pci_dma_capable(pdev) }
+/// Whether `pdev` is a PCI device of this system with a DMA mask. Any
+/// pointer value is fine (NULL, `to_pci_dev(NULL)`, a made-up one): the C
+/// side compares it with the PCI bus's devices before dereferencing it.
+pub(crate) fn pci_dma_peer_ok(pdev: *mut bindings::pci_dev) -> bool {
+    // SAFETY: `gpusim_pci_dma_peer_ok` accepts any pointer value and only
+    // dereferences one that is a device on the PCI bus, under a reference.
+    unsafe { gpusim_pci_dma_peer_ok(pdev) }
 }
 
 /// Maps `len` bytes of RAM at `phys` for DMA by `pdev`.

@@ -222,10 +222,29 @@ void *gpusim_phys_to_virt(u64 phys)
 	return phys_to_virt(phys);
 }
 
-/* Whether @pdev can do streaming DMA at all (has a non-zero DMA mask). */
-bool gpusim_pci_dma_capable(struct pci_dev *pdev)
+/*
+ * Whether @pdev is a PCI device of this system that can do streaming DMA
+ * (has a non-zero DMA mask). @pdev may be any pointer value: NULL, what
+ * to_pci_dev(NULL) yields, a stale or made-up pointer. It is compared by
+ * address with every device on the PCI bus, and dereferenced only if it
+ * is one of them (for_each_pci_dev() holds a reference on the device it
+ * is looking at, so the match stays valid while its DMA mask is read).
+ */
+bool gpusim_pci_dma_peer_ok(struct pci_dev *pdev)
 {
-	return pdev->dev.dma_mask && *pdev->dev.dma_mask;
+	struct pci_dev *d = NULL;
+	bool ok;
+
+	if (!pdev)
+		return false;
+	for_each_pci_dev(d) {
+		if (d != pdev)
+			continue;
+		ok = d->dev.dma_mask && *d->dev.dma_mask;
+		pci_dev_put(d);
+		return ok;
+	}
+	return false;
 }
 
 /*

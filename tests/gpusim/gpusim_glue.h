@@ -21,7 +21,7 @@ size_t gpusim_max_chunk_bytes(void);
 void *gpusim_chunk_alloc(size_t bytes, u64 *phys);
 void gpusim_chunk_free(void *virt, size_t bytes);
 void *gpusim_phys_to_virt(u64 phys);
-bool gpusim_pci_dma_capable(struct pci_dev *pdev);
+bool gpusim_pci_dma_peer_ok(struct pci_dev *pdev);
 int gpusim_dma_map(struct pci_dev *pdev, u64 phys, size_t len, u64 *dma);
 void gpusim_dma_unmap(struct pci_dev *pdev, u64 dma, size_t len);
 

@@ -165,13 +165,18 @@ extern "C" fn nvidia_p2p_free_page_table(page_table: *mut NvP2pPageTable) -> c_i
 }
 
 /// Maps a page table for DMA by `peer` through the kernel DMA API. `peer`
-/// must be a real PCI device with a DMA mask: NULL (a software RDMA device
-/// such as rxe or siw has none) is -EINVAL, as in the real driver.
+/// must be a PCI device of this system with a DMA mask: NULL (a software
+/// RDMA device such as rxe or siw has none) is -EINVAL, as in the real
+/// driver, and so is any other pointer that is not one of the PCI bus's
+/// devices (e.g. `to_pci_dev(NULL)` from a client that converted a NULL
+/// `struct device *`): it is compared with the bus's devices before it is
+/// dereferenced.
 ///
 /// # Safety
 ///
-/// `peer` must be NULL or a live `struct pci_dev`; `dma_mapping` must be
-/// NULL or valid for a pointer write.
+/// If `peer` is a PCI device of this system it stays alive until the
+/// mapping is unmapped; `dma_mapping` must be NULL or valid for a pointer
+/// write.
 #[no_mangle]
 unsafe extern "C" fn nvidia_p2p_dma_map_pages(
     peer: *mut bindings::pci_dev,
@@ -190,7 +195,8 @@ unsafe extern "C" fn nvidia_p2p_dma_map_pages(
     }
     // SAFETY: The caller provides a writable `dma_mapping`.
     unsafe { *dma_mapping = ptr::null_mut() };
-    // SAFETY: `peer` is a live pci_dev (the caller's promise).
+    // SAFETY: `state::dma_map` checks that `peer` is a PCI device before
+    // using it; the caller keeps such a device alive.
     match unsafe { state::dma_map(peer, page_table as usize) } {
         Ok(m) => {
             // SAFETY: As above.

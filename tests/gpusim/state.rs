@@ -603,17 +603,20 @@ pub(crate) fn put_pages(va: u64, key: usize, persistent: bool) -> c_int {
     0
 }
 
-/// nvidia_p2p_dma_map_pages: maps page table `key` for `pdev`.
+/// nvidia_p2p_dma_map_pages: maps page table `key` for `pdev`. `pdev` is
+/// checked against the PCI bus's devices before it is used: NULL, or a
+/// pointer that is no PCI device of this system (`to_pci_dev(NULL)`, a
+/// stale or made-up one), or one without a DMA mask, is `EINVAL`.
 ///
 /// # Safety
 ///
-/// `pdev` must point to a live `struct pci_dev` (the client's promise).
+/// If `pdev` is a PCI device of this system, the caller keeps it alive
+/// until the mapping is unmapped (a client holds a reference to its HCA).
 pub(crate) unsafe fn dma_map(
     pdev: *mut bindings::pci_dev,
     key: usize,
 ) -> Result<*mut NvP2pDmaMapping> {
-    // SAFETY: Guaranteed by the caller.
-    if !unsafe { glue::pci_dma_capable(pdev) } {
+    if !glue::pci_dma_peer_ok(pdev) {
         return Err(EINVAL);
     }
     let mut st = STATE.lock();

@@ -13,6 +13,7 @@
  * waiting for that callback, so the callback's data is never freed under it.
  */
 #include <linux/delay.h>
+#include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/io.h>
 #include <linux/miscdevice.h>
@@ -59,6 +60,30 @@ struct tc_file {
 
 /* The PCI device used as DMA peer: the first one with a DMA mask. */
 static struct pci_dev *tc_peer;
+
+/* Pointers that are no PCI device of this system, for GPUSIM_TC_*_PEER. */
+#define TC_NOT_A_PEER (GPUSIM_TC_NULL_PEER | GPUSIM_TC_BOGUS_PEER | \
+		       GPUSIM_TC_FAKE_PEER)
+static u64 tc_fake_mask = DMA_BIT_MASK(64);
+static struct pci_dev tc_fake_peer = {
+	.dev = { .dma_mask = &tc_fake_mask },
+};
+
+/*
+ * The pci_dev to pass for these flags: the real peer, NULL, what
+ * to_pci_dev(NULL) yields (computed without dereferencing or offsetting a
+ * NULL pointer in C), or a made-up device that only looks DMA capable.
+ */
+static struct pci_dev *tc_dma_peer(u32 flags)
+{
+	if (flags & GPUSIM_TC_NULL_PEER)
+		return NULL;
+	if (flags & GPUSIM_TC_BOGUS_PEER)
+		return (struct pci_dev *)(0UL - offsetof(struct pci_dev, dev));
+	if (flags & GPUSIM_TC_FAKE_PEER)
+		return &tc_fake_peer;
+	return tc_peer;
+}
 
 static struct tc_reg *tc_find(struct tc_file *tc, u32 id)
 {
@@ -281,14 +306,13 @@ static long tc_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		r = tc_find(tc, q.id);
 		if (!r || !r->pinned) {
 			err = r ? -EINVAL : -ENOENT;
-		} else if (!tc_peer && !(q.flags & GPUSIM_TC_NULL_PEER)) {
+		} else if (!tc_peer && !(q.flags & TC_NOT_A_PEER)) {
 			err = -ENODEV;
 		} else {
 			struct nvidia_p2p_dma_mapping *m = NULL;
 
-			q.ret = nvidia_p2p_dma_map_pages(
-				(q.flags & GPUSIM_TC_NULL_PEER) ? NULL : tc_peer,
-				r->pt, &m);
+			q.ret = nvidia_p2p_dma_map_pages(tc_dma_peer(q.flags),
+							 r->pt, &m);
 			if (q.ret == 0 && !m)
 				q.ret = -EPROTO;
 			if (q.ret != 0 && m)

@@ -28,6 +28,9 @@
 #define GPUSIM_TC_CB_PUT	0x0200	/* try nvidia_p2p_put_pages (must fail) */
 /* @flags for GPUSIM_TC_DMA_MAP */
 #define GPUSIM_TC_NULL_PEER	0x1000	/* pass a NULL pci_dev */
+#define GPUSIM_TC_BOGUS_PEER	0x2000	/* pass to_pci_dev(NULL) (DMA_MAP only) */
+#define GPUSIM_TC_FAKE_PEER	0x4000	/* pass a zeroed pci_dev with a DMA mask
+					 * that is not on the PCI bus (DMA_MAP only) */
 
 struct gpusim_tc_req {
 	__u64 va;		/* in: GET, GUP, READ/WRITE offset base */

@@ -2,7 +2,8 @@
 /*
  * t_gpusim_dma - nvidia_p2p_dma_map_pages / dma_unmap_pages through the
  * kernel DMA API for a real PCI device of the guest (DMA-API debug watches
- * every mapping), the NULL-peer case of software RDMA devices, and the
+ * every mapping), the NULL-peer case of software RDMA devices, pointers
+ * that are no PCI device (refused without being dereferenced), and the
  * physical contiguity knob as seen in page tables and DMA mappings.
  */
 #include "gpusim_test.h"
@@ -49,6 +50,21 @@ static void test_map(int fd, int tc)
 
 	ok(dma_map(tc, q.id, GPUSIM_TC_NULL_PEER, &m) == -EINVAL,
 	   "dma_map_pages with a NULL pci_dev (software RDMA device): -EINVAL");
+	/*
+	 * Pointers that are no PCI device: gpusim must look them up on the
+	 * PCI bus before touching them (a dereference of the first would
+	 * oops; the second looks DMA capable and would be mapped for).
+	 */
+	ret = dma_map(tc, q.id, GPUSIM_TC_BOGUS_PEER, &m);
+	ok(ret == -EINVAL && m.dma_entries == 0,
+	   "dma_map_pages with to_pci_dev(NULL) (a NULL struct device converted): -EINVAL, nothing mapped (%d)",
+	   ret);
+	ret = dma_map(tc, q.id, GPUSIM_TC_FAKE_PEER, &m);
+	ok(ret == -EINVAL && m.dma_entries == 0,
+	   "dma_map_pages with a made-up pci_dev that is not on the PCI bus (it has a DMA mask): -EINVAL (%d)",
+	   ret);
+	ok(dbg_get("live_dma_mappings") == 0,
+	   "the refused calls left no mapping (live_dma_mappings 0)");
 	ok(dma_map(tc, q.id, 0, &m) == 0, "map again");
 	ret = tc_id(tc, GPUSIM_TC_DMA_UNMAP, q.id, GPUSIM_TC_NULL_PEER, &s);
 	ok(ret == -EINVAL, "dma_unmap_pages with a NULL pci_dev: -EINVAL (%d)", ret);
