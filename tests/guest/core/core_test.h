@@ -124,12 +124,23 @@ static int peer_stats(const char *client, struct peer_stats *s)
 	return s->alloc_mrs < 0 ? -1 : 0;
 }
 
-/* Every registration the core made through the client is undone. */
+/*
+ * Every umem the core made through the client is undone, counted as OFED
+ * 25.10 counts: a dealloc per alloc, the bytes back, and num_dereg_pages
+ * never moves (OFED adds the entries of a table it has already cleared).
+ * @pending: bytes of mappings a PEER_MEM_INVALIDATE_UNMAPS client
+ * invalidated that are not released yet (OFED counts their
+ * num_dereg_bytes at the release, not at the invalidation).
+ */
+static int peer_stats_settled(const struct peer_stats *s, long long pending)
+{
+	return s->alloc_mrs == s->dealloc_mrs && s->dereg_pages == 0 &&
+	       s->dereg_bytes == s->reg_bytes - pending;
+}
+
 static int peer_stats_balanced(const struct peer_stats *s)
 {
-	return s->alloc_mrs == s->dealloc_mrs &&
-	       s->reg_pages == s->dereg_pages &&
-	       s->reg_bytes == s->dereg_bytes;
+	return peer_stats_settled(s, 0);
 }
 
 static void peer_stats_diag(const char *client)
@@ -141,6 +152,66 @@ static void peer_stats_diag(const char *client)
 	diag("%s: alloc %lld dealloc %lld reg_pages %lld dereg_pages %lld reg_bytes %lld dereg_bytes %lld free_cb %lld invalidated %lld",
 	     client, s.alloc_mrs, s.dealloc_mrs, s.reg_pages, s.dereg_pages,
 	     s.reg_bytes, s.dereg_bytes, s.free_callbacks, s.invalidated_mrs);
+}
+
+/* ---- the core's umem_test hook (rig kernel only, not OFED) ---- */
+
+#define UMEM_TEST "/sys/kernel/debug/peer_memory/umem_test"
+
+/* What reading umem_test says about the umem its file holds. */
+struct ut_info {
+	char client[64], kind[8], first[40];
+	long long nents, page_size, dma_bytes, translated;
+	int invalidated;
+};
+
+/*
+ * Get a umem of [addr, addr + len) on ibdev through the hook's file fd:
+ * kind "queue" (ib_umem_get_peer(..., 0), like mlx5's queue buffers and
+ * doorbell page) or "mr" (IB_PEER_MEM_INVAL_SUPP). 0 or -errno.
+ */
+static int ut_get(int fd, const char *ibdev, const void *addr, size_t len,
+		  const char *kind)
+{
+	char req[160];
+	ssize_t n;
+
+	snprintf(req, sizeof(req), "%s %#lx %#zx %s\n", ibdev,
+		 (unsigned long)(uintptr_t)addr, len, kind);
+	n = pwrite(fd, req, strlen(req), 0);
+	return n < 0 ? -errno : n == (ssize_t)strlen(req) ? 0 : -EIO;
+}
+
+/* Read the hook's line; 0 if it parses. */
+static int ut_read(int fd, struct ut_info *u)
+{
+	char line[512];
+	ssize_t n = pread(fd, line, sizeof(line) - 1, 0);
+
+	memset(u, 0, sizeof(*u));
+	if (n <= 0)
+		return -1;
+	line[n] = 0;
+	return sscanf(line, "client=%63s kind=%7s nents=%lld page_size=%lld dma_bytes=%lld translated=%lld invalidated=%d first=%39s",
+		      u->client, u->kind, &u->nents, &u->page_size,
+		      &u->dma_bytes, &u->translated, &u->invalidated,
+		      u->first) == 8 ? 0 : -1;
+}
+
+static void ut_diag(const struct ut_info *u)
+{
+	diag("umem_test: client=%s kind=%s nents=%lld page_size=%lld dma_bytes=%lld translated=%lld invalidated=%d first=%s",
+	     u->client, u->kind, u->nents, u->page_size, u->dma_bytes,
+	     u->translated, u->invalidated, u->first);
+}
+
+/* The u64 at p as the umem_test line prints it. */
+static void ut_first(const void *p, char *buf, size_t len)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	snprintf(buf, len, "%016llx", (unsigned long long)v);
 }
 
 /* ---- rxe0 ---- */

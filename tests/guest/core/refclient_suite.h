@@ -7,18 +7,20 @@
 #ifndef REFCLIENT_SUITE_H
 #define REFCLIENT_SUITE_H
 
+#include "core_test.h"
+
 #include <dirent.h>
 #include <linux/capability.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 
-#include "core_test.h"
 #include "../../gpusim/gpusim_uapi.h"
 
 struct suite_cfg {
 	int invalidate;		/* register with an invalidate callback */
 	int unmaps;		/* PEER_MEM_INVALIDATE_UNMAPS */
 	int page_kb;		/* client page size */
-	int cpu_pages;		/* 0: dma_map fails for rxe */
+	int cpu_pages;		/* 0: reserved memory, dma_map_resource, no pages in the table */
 	int gpusim;		/* memory from gpusim instead of /dev/peer_refmem */
 };
 
@@ -310,15 +312,28 @@ static void dt_diag(const struct dt_result *r)
 	     r->pages);
 }
 
-/* A PCI device of the guest: a virtio one if there is one. */
+/*
+ * A PCI device of the guest: the rig's RDMA DMA device (QEMU edu behind
+ * the IOMMU, $PEERMEM_DMA_DEVICE from the VM's init) if there is one, else
+ * a virtio one, else the first.
+ */
 static int pci_device(char *name, size_t len)
 {
 	const char *dir = "/sys/bus/pci/devices";
+	const char *rig = getenv("PEERMEM_DMA_DEVICE");
 	char line[64], path[512];
 	struct dirent *d;
-	DIR *dp = opendir(dir);
+	DIR *dp;
 	int found = 0;
 
+	if (rig && *rig) {
+		snprintf(path, sizeof(path), "%s/%s", dir, rig);
+		if (access(path, F_OK) == 0) {
+			snprintf(name, len, "%s", rig);
+			return 0;
+		}
+	}
+	dp = opendir(dir);
 	if (!dp)
 		return -1;
 	while ((d = readdir(dp))) {
@@ -357,23 +372,35 @@ static int dt_idle(void)
 }
 
 /*
- * The hook maps [p, p + len) through the client for a PCI device. refmem
- * maps it with the DMA API (dma_map_sgtable), one entry per client page;
- * the gpusim source serves only dma_device == NULL and refuses.
+ * The hook maps [p, p + len) through the client for a PCI device: both
+ * sources map their pages with the DMA API, one entry per client page in
+ * the CPU view (orig_nents), the DMA entries (nmap, what the client
+ * reported, maybe merged) covering the trimmed range.
  */
 static int dt_expect(const struct dt_result *r, int rc, uintptr_t a, size_t len)
 {
 	long long pages = ((a + len + 4095) / 4096) - a / 4096;
 	long long cpages = ((a + len + psize - 1) / psize) - a / psize;
 
-	if (r->pages != pages)
-		return 0;
-	if (use_gpusim)
-		return rc == -EOPNOTSUPP && r->ret == -EOPNOTSUPP &&
-		       r->nmap == 0 && r->page_size == 0 && r->dma_bytes == 0;
-	return rc == 0 && r->ret == 0 && r->nmap == cpages &&
+	return r->pages == pages && rc == 0 && r->ret == 0 && r->nmap >= 1 &&
+	       r->nmap <= cpages && r->nmap == rc_live("last_nents") &&
 	       r->orig_nents == cpages && r->page_size == (long long)psize &&
 	       r->dma_bytes == pages * 4096;
+}
+
+/* Run the calling thread on CPU 0 only (cpu < 0: on every CPU again). */
+static int pin_cpu(int cpu)
+{
+	cpu_set_t set;
+	int i;
+
+	CPU_ZERO(&set);
+	if (cpu >= 0)
+		CPU_SET(cpu, &set);
+	else
+		for (i = 0; i < CPU_SETSIZE; i++)
+			CPU_SET(i, &set);
+	return sched_setaffinity(0, sizeof(set), &set);
 }
 
 static void dma_test_checks(const struct suite_cfg *cfg, uint8_t *p,
@@ -400,9 +427,9 @@ static void dma_test_checks(const struct suite_cfg *cfg, uint8_t *p,
 	rc = dt_run(&r, "%#lx %lu %s\n", (unsigned long)(uintptr_t)p, PEER_LEN,
 		    dev);
 	ok(dt_expect(&r, rc, (uintptr_t)p, PEER_LEN),
-	   "dma_test of the whole allocation for PCI device %s: %s (write %d)",
-	   dev, use_gpusim ? "dma_map fails with EOPNOTSUPP" :
-	   "mapped with the DMA API", rc);
+	   "dma_test of the whole allocation for PCI device %s: mapped with the DMA API (%s), %lld DMA entries (write %d)",
+	   dev, cfg->cpu_pages ? "dma_map_sgtable" : "dma_map_resource",
+	   r.nmap, rc);
 	dt_diag(&r);
 	ok(dt_idle(), "dma_test left nothing pinned or mapped");
 
@@ -447,17 +474,33 @@ static void dma_test_checks(const struct suite_cfg *cfg, uint8_t *p,
 	   "nothing pinned or mapped, VmPin unchanged (%ld KiB)", pin0);
 
 	if (cfg->invalidate) {
+		long long lc = rc_live("late_core_calls");
+		long long lr = rc_live("late_restores");
+		uintptr_t a = (uintptr_t)p + 70000;
+
 		/*
 		 * An invalidation of the run's ticket while the hook holds the
-		 * mapping: it waits for the mapping lock, then finds the
-		 * mapping taken down and does nothing.
+		 * mapping, from a SCHED_FIFO thread on the CPU this thread is
+		 * pinned to: it waits for the mapping lock and runs the moment
+		 * the core's teardown drops it, before the core goes on. The
+		 * range is unaligned, so the core trimmed the table's first
+		 * entry. Without PEER_MEM_INVALIDATE_UNMAPS the core unmaps
+		 * under the lock: the invalidation finds nothing to do and the
+		 * core never comes back. With it (OFED's order) the core
+		 * unlocks first, then restores the trimmed entries in the
+		 * client's table and calls dma_unmap() and put_pages(): after
+		 * the client's invalidate call returned and it had unmapped by
+		 * itself. A client that frees its table in its invalidation
+		 * path would be written to after the free here.
 		 */
 		v = rc_live("invalidate_done");
-		st = write_str(RDBG "race_invalidate", "1");
-		rc = dt_run(&r, "%#lx %lu %s", (unsigned long)(uintptr_t)p,
-			    PEER_LEN, dev);
-		ok(st == 0 && dt_expect(&r, rc, (uintptr_t)p, PEER_LEN),
-		   "dma_test with an invalidation of its ticket in flight (write %d)",
+		st = pin_cpu(0);
+		rc = write_str(RDBG "race_invalidate", "2");
+		rc = rc ? rc : dt_run(&r, "%#lx %d %s", (unsigned long)a, 100000,
+				      dev);
+		pin_cpu(-1);
+		ok(st == 0 && dt_expect(&r, rc, a, 100000),
+		   "dma_test with an invalidation of its ticket in flight, from a real-time thread on the same CPU (write %d)",
 		   rc);
 		st = wait_invalidations(v + 1, 0, 30);
 		peer_stats(CLIENT, &s1);
@@ -469,12 +512,231 @@ static void dma_test_checks(const struct suite_cfg *cfg, uint8_t *p,
 			stats_diag("before", &s0);
 			stats_diag("after", &s1);
 		}
+		if (cfg->unmaps)
+			ok(rc_live("late_restores") == lr + 1 &&
+			   rc_live("late_core_calls") == lc + 2,
+			   "PEER_MEM_INVALIDATE_UNMAPS: the core restored the trimmed entries in the client's table and called dma_unmap/put_pages after the client's invalidate returned (late restores +%lld, late calls +%lld): the table must live until release()",
+			   rc_live("late_restores") - lr,
+			   rc_live("late_core_calls") - lc);
+		else
+			ok(rc_live("late_restores") == lr &&
+			   rc_live("late_core_calls") == lc,
+			   "without PEER_MEM_INVALIDATE_UNMAPS the core was done with the table before the invalidation returned (late restores +%lld, late calls +%lld)",
+			   rc_live("late_restores") - lr,
+			   rc_live("late_core_calls") - lc);
 		s0.free_callbacks = s1.free_callbacks;
 	}
 	peer_stats(CLIENT, &s1);
 	ok(s1.alloc_mrs == s0.alloc_mrs && s1.dealloc_mrs == s0.dealloc_mrs &&
-	   s1.reg_pages == s0.reg_pages && s1.free_callbacks == s0.free_callbacks,
+	   s1.reg_pages == s0.reg_pages && s1.reg_bytes == s0.reg_bytes &&
+	   s1.dereg_bytes == s0.dereg_bytes &&
+	   s1.free_callbacks == s0.free_callbacks,
 	   "dma_test runs leave the MR statistics alone");
+}
+
+/*
+ * A bus address that does not translate: the client hands the core, for
+ * one DMA entry, an address nobody mapped for the device (bad_entry). The
+ * core cannot tell (OFED does not either); the device's DMA through the
+ * IOMMU fails, so RDMA on that entry must complete in error, and RDMA on
+ * the other entries must still work.
+ */
+static void bad_address_checks(struct conn *c, struct ibv_mr *hmr,
+			       uint8_t *hbuf, uint8_t *p)
+{
+	struct ibv_mr *mr;
+	long long off, len;
+	int rc, st;
+
+	fill(p, PEER_LEN, 0xbad0);
+	memcpy(hbuf + 512 * 1024, p, PEER_LEN);
+	rc = write_str(RDBG "bad_entry", "1");
+	mr = ibv_reg_mr(c->pd, p, PEER_LEN, MR_ACCESS);
+	off = read_ll(RDBG "bad_offset");
+	len = read_ll(RDBG "bad_len");
+	ok(rc == 0 && mr && read_ll(RDBG "bad_entry") == -1 && off > 0 &&
+	   len >= 4096 && off + len <= (long long)PEER_LEN,
+	   "bad_entry=1: the MR registers with DMA entry 1 ([+%lld, +%lld)) pointing at a bus address nobody mapped (the core cannot tell)",
+	   off, len);
+	if (!mr || off <= 0 || len < 4096 || off + len > (long long)PEER_LEN) {
+		if (mr)
+			ibv_dereg_mr(mr);
+		return;
+	}
+	rc = rdma_op(c, IBV_WR_RDMA_READ, hmr, hbuf, 4096, (uintptr_t)p,
+		     mr->rkey);
+	ok(rc == 0 && !memcmp(hbuf, p, 4096),
+	   "RDMA READ of entry 0 works (status %d)", rc);
+	rc = rdma_op(c, IBV_WR_RDMA_READ, hmr, hbuf, 4096,
+		     (uintptr_t)p + off, mr->rkey);
+	ok(rc > 0, "RDMA READ of the entry whose bus address does not translate completes in error (status %d: %s)",
+	   rc, rc > 0 ? ibv_wc_status_str(rc) : "none");
+	if (conn_qps(c))
+		bail("cannot recreate the QPs");
+	fill(hbuf, 4096, 0xbad1);
+	st = rdma_op(c, IBV_WR_RDMA_WRITE, hmr, hbuf, 4096,
+		     (uintptr_t)p + off + len - 4096, mr->rkey);
+	ok(st > 0 && !memcmp(p, hbuf + 512 * 1024, PEER_LEN),
+	   "RDMA WRITE to it completes in error (status %d: %s) and no byte of the memory changed",
+	   st, st > 0 ? ibv_wc_status_str(st) : "none");
+	if (conn_qps(c))
+		bail("cannot recreate the QPs");
+	ok(ibv_dereg_mr(mr) == 0 && rc_live("live_pins") == 0 &&
+	   rc_live("live_maps") == 0,
+	   "ibv_dereg_mr succeeds; the client unmapped what it really mapped");
+}
+
+/*
+ * Non-MR umems through the core's rig-only umem_test hook: kind "queue"
+ * is ib_umem_get_peer(..., 0), what mlx5 does for CQ/QP/SRQ buffers and
+ * the doorbell page: only non-invalidating clients are asked. Kind "mr"
+ * (IB_PEER_MEM_INVAL_SUPP) asks every client. The hook reads the first
+ * u64 of the range through the bus address the client mapped, translated
+ * by the IOMMU as the device would.
+ */
+static void umem_test_checks(const struct suite_cfg *cfg, uint8_t *p)
+{
+	struct peer_stats s0, s1;
+	struct ut_info u;
+	char first[40];
+	long long acq, n, bad_len;
+	int fd, fd2, rc;
+
+	fd = open(UMEM_TEST, O_RDWR);
+	if (fd < 0) {
+		ok(0, "open %s: %s", UMEM_TEST, strerror(errno));
+		return;
+	}
+	fill(p, PEER_LEN, 0x0ee0);
+	peer_stats(CLIENT, &s0);
+	acq = rc_live("acquire_calls");
+	rc = ut_get(fd, RXE_DEV, p, PEER_LEN, "queue");
+	if (cfg->invalidate) {
+		peer_stats(CLIENT, &s1);
+		ok(rc == -EFAULT && rc_live("acquire_calls") == acq &&
+		   s1.alloc_mrs == s0.alloc_mrs,
+		   "a queue umem (flags 0) on peer memory: EFAULT, an invalidating client is not even asked (%d)",
+		   rc);
+	} else {
+		n = rc == 0 ? rc_live("last_nents") : -1;
+		ut_first(p, first, sizeof(first));
+		ok(rc == 0 && ut_read(fd, &u) == 0 && !strcmp(u.client, CLIENT) &&
+		   !strcmp(u.kind, "queue") && u.nents == n &&
+		   u.page_size == (long long)psize &&
+		   u.dma_bytes == (long long)PEER_LEN &&
+		   u.translated == u.dma_bytes && !strcmp(u.first, first),
+		   "a queue umem (flags 0) on peer memory is served by the non-invalidating client, every bus address translates and reads the memory (%d)",
+		   rc);
+		if (rc || strcmp(u.first, first))
+			ut_diag(&u);
+		peer_stats(CLIENT, &s1);
+		ok(s1.alloc_mrs == s0.alloc_mrs + 1 &&
+		   s1.reg_pages == s0.reg_pages + n &&
+		   rc_live("live_pins") == 1 && rc_live("live_maps") == 1,
+		   "the core counts it like an MR (num_alloc_mrs +1, num_reg_pages +%lld); it stays pinned while the file holds it",
+		   n);
+		rc = ut_get(fd, RXE_DEV, p, 4096, "queue");
+		ok(rc == -EBUSY, "a second umem on the same file: EBUSY (%d)",
+		   rc);
+		close(fd);
+		peer_stats(CLIENT, &s1);
+		ok(peer_stats_settled(&s1, 0) && rc_live("live_pins") == 0 &&
+		   rc_live("live_maps") == 0,
+		   "closing the file releases it (dma_unmap, put_pages, release without the mapping lock)");
+
+		/* mlx5's doorbell: one 4 KiB page. */
+		fd = open(UMEM_TEST, O_RDWR);
+		rc = fd < 0 ? -errno : ut_get(fd, RXE_DEV, p + 3 * 4096, 4096,
+					      "queue");
+		ut_first(p + 3 * 4096, first, sizeof(first));
+		ok(rc == 0 && ut_read(fd, &u) == 0 && u.dma_bytes == 4096 &&
+		   u.translated == 4096 && u.page_size == (long long)psize &&
+		   !strcmp(u.first, first),
+		   "a doorbell-like umem of one 4 KiB page: the client maps a whole %zu KiB page, the core trims it to 4096 bytes that translate (%d)",
+		   psize / 1024, rc);
+		if (rc)
+			ut_diag(&u);
+	}
+	if (fd >= 0)
+		close(fd);
+
+	/* Kind mr: every client is asked; a bad entry does not translate. */
+	fd = open(UMEM_TEST, O_RDWR);
+	rc = write_str(RDBG "bad_entry", "1");
+	rc = rc ? rc : ut_get(fd, RXE_DEV, p, PEER_LEN, "mr");
+	bad_len = read_ll(RDBG "bad_len");
+	ut_first(p, first, sizeof(first));
+	if (rc == 0 && ut_read(fd, &u))
+		rc = -EPROTO;
+	ok(rc == 0 && !strcmp(u.kind, "mr") &&
+	   u.dma_bytes == (long long)PEER_LEN &&
+	   u.translated == u.dma_bytes - bad_len && !strcmp(u.first, first),
+	   "an MR umem with a bad bus address in DMA entry 1: %lld of %lld bytes translate, the first u64 reads through the IOMMU (%d)",
+	   u.translated, u.dma_bytes, rc);
+	if (rc || u.translated != u.dma_bytes - bad_len)
+		ut_diag(&u);
+	fd2 = open(UMEM_TEST, O_RDWR);
+	rc = ut_get(fd2, "rxe9", p, PEER_LEN, "mr");
+	ok(rc == -ENODEV, "umem_test on an unknown device: ENODEV (%d)", rc);
+	rc = ut_get(fd2, RXE_DEV, p, PEER_LEN, "cq");
+	ok(rc == -EINVAL, "umem_test with an unknown kind: EINVAL (%d)", rc);
+	close(fd2);
+	if (cfg->invalidate) {
+		char tk[32];
+
+		snprintf(tk, sizeof(tk), "%lld", read_ll(RDBG "last_ticket"));
+		rc = write_str(RDBG "invalidate_ticket", tk);
+		ok(rc == 0 && ut_read(fd, &u) == 0 && u.invalidated == 1 &&
+		   u.dma_bytes == 0,
+		   "invalidating it calls the driver's notifier and takes the mapping away");
+	}
+	close(fd);
+	peer_stats(CLIENT, &s1);
+	ok(peer_stats_settled(&s1, 0) && rc_live("live_pins") == 0 &&
+	   rc_live("live_maps") == 0,
+	   "every umem_test umem released, counters balanced");
+	if (!peer_stats_settled(&s1, 0))
+		stats_diag("after", &s1);
+}
+
+/*
+ * PEER_MEM_INVALIDATE_UNMAPS: an invalidation between the core's stop of
+ * an MR (at deregistration) and its unmapping. The client's dma_unmap()
+ * has a work item invalidate the mapping first and waits for it: the
+ * core's invalidate gets the mapping lock at once (the stop dropped it),
+ * finds the mapping unmapped, marks it invalidated and returns 0; the
+ * client unmaps and puts its pages by itself; then the core's put_pages()
+ * still comes, and at the release OFED counts num_dereg_bytes a second
+ * time. Returns the bytes counted twice.
+ */
+static long long late_invalidation_check(struct conn *c, uint8_t *p)
+{
+	struct peer_stats s0, s1;
+	struct ibv_mr *mr;
+	long long lc, v;
+	int rc;
+
+	mr = ibv_reg_mr(c->pd, p, PEER_LEN, MR_ACCESS);
+	peer_stats(CLIENT, &s0);
+	lc = rc_live("late_core_calls");
+	v = rc_live("invalidate_done");
+	rc = write_str(RDBG "invalidate_in_unmap", "1");
+	ok(mr && rc == 0 && ibv_dereg_mr(mr) == 0,
+	   "deregistration with an invalidation of the MR between the core's stop and its dma_unmap()");
+	peer_stats(CLIENT, &s1);
+	ok(rc_live("invalidate_done") == v + 1 &&
+	   s1.free_callbacks == s0.free_callbacks + 1 &&
+	   s1.invalidated_mrs == s0.invalidated_mrs &&
+	   s1.dealloc_mrs == s0.dealloc_mrs + 1,
+	   "the invalidation returned at once and revoked nothing (the MR was already stopped)");
+	ok(s1.dereg_bytes - s0.dereg_bytes == 2 * (long long)PEER_LEN,
+	   "num_dereg_bytes counted twice for it (+%lld), as OFED 25.10 counts an UNMAPPED->INVALIDATED->UNMAPPED umem",
+	   s1.dereg_bytes - s0.dereg_bytes);
+	ok(rc_live("late_core_calls") == lc + 1 && rc_live("live_pins") == 0 &&
+	   rc_live("live_maps") == 0,
+	   "the core still called put_pages() after the client's invalidate returned and it had unmapped by itself (late calls +%lld): the context and its table must outlive the client's own unmap",
+	   rc_live("late_core_calls") - lc);
+	return s1.dereg_bytes - s0.dereg_bytes - (long long)PEER_LEN;
 }
 
 static int run_refclient_suite(const struct suite_cfg *cfg)
@@ -484,7 +746,8 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	struct conn c;
 	uint8_t *hbuf, *p, *saved;
 	long pin0, pin1;
-	long long t, v;
+	/* dbl: num_dereg_bytes counted twice so far (OFED, see above) */
+	long long t, v, nents, pend, dbl = 0, x = 0;
 	char flags[128], want[128];
 	uint64_t ph;
 	int fd, st, rc;
@@ -515,8 +778,21 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		ok(!strcmp(flags, want), "core sees the registration flags: %s",
 		   want);
 	}
-	ok(read_ll("/sys/kernel/mm/memory_peers/" CLIENT "/num_alloc_mrs") == 0,
-	   "OFED sysfs directory /sys/kernel/mm/memory_peers/" CLIENT " exists");
+	{
+		char knob[8] = "";
+		FILE *f = fopen("/sys/module/ib_core/parameters/peer_mem_sysfs", "r");
+
+		if (f) {
+			if (!fgets(knob, sizeof(knob), f))
+				knob[0] = 0;
+			fclose(f);
+		}
+		ok(knob[0] == 'N' &&
+		   access("/sys/kernel/mm/memory_peers/" CLIENT, F_OK) != 0 &&
+		   access("/sys/kernel/mm/memory_peers", F_OK) != 0,
+		   "no /sys/kernel/mm/memory_peers/" CLIENT " by default, as OFED 25.10 on a kernel without mm_kobj (ib_core.peer_mem_sysfs=%.1s)",
+		   knob);
+	}
 
 	rc = conn_open(&c);
 	if (rc)
@@ -554,23 +830,6 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	dma_test_checks(cfg, p, hbuf);
 	peer_stats(CLIENT, &s0);	/* dma_test may have called invalidate */
 
-	if (!cfg->cpu_pages) {
-		pmr = ibv_reg_mr(c.pd, p, PEER_LEN, MR_ACCESS);
-		rc = errno;
-		peer_stats(CLIENT, &s1);
-		ok(!pmr && rc == EOPNOTSUPP,
-		   "ibv_reg_mr on memory without CPU pages fails with EOPNOTSUPP for rxe (errno %d)",
-		   rc);
-		ok(s1.alloc_mrs == 0 && rc_live("live_pins") == 0 &&
-		   rc_live("live_maps") == 0,
-		   "the failed registration left nothing pinned or mapped");
-		if (pmr)
-			ibv_dereg_mr(pmr);
-		src_free(fd, p, PEER_LEN, ph);
-		src_drop(p, PEER_LEN);
-		goto out;
-	}
-
 	/* A whole peer allocation. */
 	fill(p, PEER_LEN, 0x1111);
 	pin0 = vm_pin_kb();
@@ -580,10 +839,12 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	if (!pmr)
 		bail("peer MR failed; the core or rxe wiring is broken");
 	peer_stats(CLIENT, &s1);
-	ok(s1.alloc_mrs == 1 && s1.reg_pages == (long long)(PEER_LEN / 4096) &&
+	nents = rc_live("last_nents");
+	ok(s1.alloc_mrs == 1 && nents >= 1 &&
+	   nents <= (long long)(PEER_LEN / psize) && s1.reg_pages == nents &&
 	   s1.reg_bytes == (long long)PEER_LEN,
-	   "counters: num_alloc_mrs 1, num_reg_pages %lu, num_reg_bytes %lu",
-	   PEER_LEN / 4096, PEER_LEN);
+	   "counters: num_alloc_mrs 1, num_reg_pages %lld = the DMA entries the client mapped (OFED counts entries, not pages), num_reg_bytes %lu",
+	   nents, PEER_LEN);
 	ok(rc_live("live_pins") == 1 && rc_live("live_maps") == 1,
 	   "the client pinned and mapped once");
 	pin1 = vm_pin_kb();
@@ -611,15 +872,16 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	smr = ibv_reg_mr(c.pd, p + 70000, 100000, MR_ACCESS);
 	peer_stats(CLIENT, &s1);
 	{
-		/* [69632, 172032) in 4 KiB pages */
-		long long want = (((uintptr_t)p + 170000 + 4095) / 4096) -
-				 ((uintptr_t)p + 70000) / 4096;
+		/* [65536, 196608) in client pages */
+		long long cp = (((uintptr_t)p + 170000 + psize - 1) / psize) -
+			       ((uintptr_t)p + 70000) / psize;
+		long long n2 = rc_live("last_nents");
 
-		ok(smr && s1.alloc_mrs == 2 &&
-		   s1.reg_pages == (long long)(PEER_LEN / 4096) + want &&
+		ok(smr && s1.alloc_mrs == 2 && n2 >= 1 && n2 <= cp &&
+		   s1.reg_pages == nents + n2 &&
 		   s1.reg_bytes == (long long)PEER_LEN + 100000,
-		   "unaligned sub-range MR [+70000, +100000): %lld pages, 100000 bytes (got %lld)",
-		   want, s1.reg_pages - (long long)(PEER_LEN / 4096));
+		   "unaligned sub-range MR [+70000, +100000): %lld DMA entries for %lld client pages, 100000 bytes (num_reg_pages +%lld)",
+		   n2, cp, s1.reg_pages - nents);
 	}
 	if (smr) {
 		fill(hbuf, 8000, 0x4444);
@@ -640,10 +902,15 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	peer_stats(CLIENT, &s1);
 	ok(peer_stats_balanced(&s1) && s1.dealloc_mrs == 2 &&
 	   s1.free_callbacks == s0.free_callbacks,
-	   "counters balanced after deregistration (no invalidation)");
+	   "counters balanced after deregistration (no invalidation): num_dealloc_mrs 2, num_dereg_bytes = num_reg_bytes, num_dereg_pages still 0 (as OFED)");
+	if (!peer_stats_balanced(&s1))
+		stats_diag("after", &s1);
 	ok(rc_live("live_pins") == 0 && rc_live("live_maps") == 0,
 	   "the core put every page back");
 	ok(vm_pin_kb() == pin0, "VmPin back to %ld KiB", pin0);
+
+	bad_address_checks(&c, hmr, hbuf, p);
+	umem_test_checks(cfg, p);
 
 	if (cfg->invalidate) {
 		/* A stale ticket and one never handed out are no-ops. */
@@ -680,11 +947,17 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		snprintf(want, sizeof(want), "%lld", t);
 		rc = write_str(RDBG "invalidate_ticket", want);
 		peer_stats(CLIENT, &s1);
+		/* OFED counts an UNMAPS client's bytes at the release. */
+		pend = cfg->unmaps ? (long long)PEER_LEN : 0;
 		ok(rc == 0 && s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
-		   peer_stats_balanced(&s1) && rc_live("live_pins") == 0,
-		   "invalidating its ticket unmaps it at once (%s)",
-		   cfg->unmaps ? "the client puts the pages" :
-				 "the core puts the pages");
+		   peer_stats_settled(&s1, pend) && rc_live("live_pins") == 0 &&
+		   rc_live("live_maps") == 0,
+		   "invalidating its ticket unmaps it at once (%s; num_dealloc_mrs +1, num_dereg_bytes %s)",
+		   cfg->unmaps ? "the client unmaps and puts the pages" :
+				 "the core unmaps and puts the pages",
+		   cfg->unmaps ? "only at the release" : "+length");
+		if (!peer_stats_settled(&s1, pend))
+			stats_diag("after", &s1);
 		fill(hbuf, 4096, 0x7777);
 		rc = pmr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, hbuf, 4096,
 				   (uintptr_t)p, pmr->rkey) : -1;
@@ -704,7 +977,9 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		peer_stats(CLIENT, &s1);
 		ok(peer_stats_balanced(&s1) && rc_live("live_pins") == 0 &&
 		   rc_live("live_maps") == 0,
-		   "nothing left pinned or mapped");
+		   "nothing left pinned or mapped, counters balanced");
+		if (!peer_stats_balanced(&s1))
+			stats_diag("after", &s1);
 
 		/*
 		 * An invalidation that reaches the core between get_pages()
@@ -724,11 +999,13 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		peer_stats(CLIENT, &s1);
 		ok(st && s1.free_callbacks == s0.free_callbacks + 1 &&
 		   s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
-		   s1.alloc_mrs == s0.alloc_mrs + 1 && peer_stats_balanced(&s1),
+		   s1.alloc_mrs == s0.alloc_mrs + 1 &&
+		   peer_stats_settled(&s1, pend),
 		   "the early invalidation was held until the MR was live, then revoked it");
 		if (!st || s1.free_callbacks != s0.free_callbacks + 1 ||
 		    s1.invalidated_mrs != s0.invalidated_mrs + 1 ||
-		    s1.alloc_mrs != s0.alloc_mrs + 1 || !peer_stats_balanced(&s1)) {
+		    s1.alloc_mrs != s0.alloc_mrs + 1 ||
+		    !peer_stats_settled(&s1, pend)) {
 			stats_diag("before", &s0);
 			stats_diag("after", &s1);
 		}
@@ -743,6 +1020,8 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		ok(pmr && ibv_dereg_mr(pmr) == 0 && rc_live("live_pins") == 0 &&
 		   rc_live("live_maps") == 0,
 		   "ibv_dereg_mr succeeds, nothing left pinned or mapped");
+		if (cfg->unmaps)
+			dbl += late_invalidation_check(&c, p);
 	}
 
 	/* Free the memory while the MR is live. */
@@ -765,13 +1044,14 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 		 */
 		st = wait_invalidations(v + 1, 1, 30);
 		peer_stats(CLIENT, &s1);
+		pend = (cfg->unmaps ? (long long)PEER_LEN : 0) - dbl;
 		ok(st && s1.free_callbacks == s0.free_callbacks + 1 &&
 		   s1.invalidated_mrs == s0.invalidated_mrs + 1 &&
-		   peer_stats_balanced(&s1),
+		   peer_stats_settled(&s1, pend),
 		   "the free invalidated the live MR through the core");
 		if (!st || s1.free_callbacks != s0.free_callbacks + 1 ||
 		    s1.invalidated_mrs != s0.invalidated_mrs + 1 ||
-		    !peer_stats_balanced(&s1)) {
+		    !peer_stats_settled(&s1, pend)) {
 			stats_diag("before", &s0);
 			stats_diag("after", &s1);
 		}
@@ -806,8 +1086,10 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	ok(pmr && ibv_dereg_mr(pmr) == 0, "ibv_dereg_mr after the free succeeds");
 	src_drop(p, PEER_LEN);
 	peer_stats(CLIENT, &s1);
-	ok(peer_stats_balanced(&s1) && rc_all_idle(),
+	ok(peer_stats_settled(&s1, -dbl) && rc_all_idle(),
 	   "after deregistration nothing is allocated, pinned or mapped");
+	if (!peer_stats_settled(&s1, -dbl))
+		stats_diag("after", &s1);
 
 	/* Process exit with a registered MR on peer memory. */
 	peer_stats(CLIENT, &s0);
@@ -820,26 +1102,38 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	   "a child registers peer memory and exits without cleaning up (status %d)",
 	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	/*
+	 * Whether the memory went first (the MR is invalidated) or the uverbs
+	 * file (a plain deregistration) depends on the order of teardown;
+	 * either way everything must be released. For a
+	 * PEER_MEM_INVALIDATE_UNMAPS client an invalidation can also land
+	 * between the core's stop and its release of the umem: OFED then
+	 * counts num_dereg_bytes twice (see late_invalidation_check()).
+	 */
 	{
 		double end = now_s() + 30;
 
 		do {
 			peer_stats(CLIENT, &s1);
+			x = s1.dereg_bytes - s1.reg_bytes - dbl;
 			if (s1.alloc_mrs == s0.alloc_mrs + 1 &&
-			    peer_stats_balanced(&s1) && rc_all_idle())
+			    (x == 0 || (cfg->unmaps && x == (long long)PEER_LEN)) &&
+			    peer_stats_settled(&s1, -dbl - x) && rc_all_idle())
 				break;
 			usleep(100000);
 		} while (now_s() < end);
 	}
-	ok(s1.alloc_mrs == s0.alloc_mrs + 1 && peer_stats_balanced(&s1) &&
+	ok(s1.alloc_mrs == s0.alloc_mrs + 1 &&
+	   peer_stats_settled(&s1, -dbl - x) &&
+	   (x == 0 || (cfg->unmaps && x == (long long)PEER_LEN)) &&
 	   rc_all_idle(),
 	   "process exit releases the MR and the memory");
-	/*
-	 * Whether the memory went first (the MR is invalidated) or the uverbs
-	 * file (a plain deregistration) depends on the order of teardown;
-	 * either way everything must be released.
-	 */
-	diag("exit: %lld invalidation(s)", s1.invalidated_mrs - s0.invalidated_mrs);
+	diag("exit: %lld invalidation(s), num_dereg_bytes counted %s",
+	     s1.invalidated_mrs - s0.invalidated_mrs,
+	     x ? "twice (invalidated between stop and release)" : "once");
+	if (!peer_stats_settled(&s1, -dbl - x))
+		stats_diag("after", &s1);
+	dbl += x;
 
 	/* RLIMIT_MEMLOCK is enforced for peer memory like for host memory. */
 	peer_stats(CLIENT, &s0);
@@ -853,14 +1147,13 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	   "without CAP_IPC_LOCK and 64 KiB RLIMIT_MEMLOCK, a 256 KiB peer MR fails with ENOMEM and a 64 KiB one works (child status %d)",
 	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-	ok(s1.alloc_mrs == s0.alloc_mrs + 1 && peer_stats_balanced(&s1) &&
+	ok(s1.alloc_mrs == s0.alloc_mrs + 1 && peer_stats_settled(&s1, -dbl) &&
 	   rc_all_idle(), "the refused registration never reached the client's pages");
 
-out:
 	peer_stats_diag(CLIENT);
 	/* rxe's non-zero counters since boot: retries show a loaded machine. */
 	run("cd /sys/class/infiniband/" RXE_DEV "/ports/1/hw_counters && grep -H . * | grep -v ':0$' | tr '\\n' ' ' | sed 's/^/# rxe: /; s/$/\\n/'");
-	if (!cfg->invalidate && !use_gpusim && cfg->cpu_pages) {
+	if (!cfg->invalidate && !use_gpusim) {
 		/*
 		 * Unregistration waits for the umems: pinned memory whose
 		 * mapping and file are gone keeps an MR alive; rmmod then
@@ -917,7 +1210,7 @@ out:
 		ok(rc == 0 && access("/sys/kernel/debug/peer_memory/" CLIENT, F_OK) != 0,
 		   "rmmod unregisters the client and removes its statistics");
 	}
-	ok(run("dmesg | grep -Eq 'peer_refclient: (leaked|.*before|.*did not fill|.*still pinned)'") != 0,
+	ok(run("dmesg | grep -Eq 'peer_refclient: (leaked|.*before|.*did not fill|.*still pinned|.*another device)'") != 0,
 	   "the client saw every call in order and reported no leak at unload");
 	return finish();
 }

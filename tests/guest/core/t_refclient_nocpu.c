@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-/* The peer-memory core tests against a client whose memory has no CPU-addressable pages. */
+/* The peer-memory core tests against a client whose memory is not the kernel's pages (reserved, mapped with dma_map_resource, no page pointers in its table). */
 #include "refclient_suite.h"
 
 int main(void)
