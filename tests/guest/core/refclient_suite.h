@@ -642,7 +642,7 @@ static void umem_test_checks(const struct suite_cfg *cfg, uint8_t *p)
 		peer_stats(CLIENT, &s1);
 		ok(peer_stats_settled(&s1, 0) && rc_live("live_pins") == 0 &&
 		   rc_live("live_maps") == 0,
-		   "closing the file releases it (dma_unmap, put_pages, release without the mapping lock)");
+		   "closing the file releases it (dma_unmap, put_pages, release), counters balanced");
 
 		/* mlx5's doorbell: one 4 KiB page. */
 		fd = open(UMEM_TEST, O_RDWR);
