@@ -38,7 +38,7 @@ int main(void)
 	struct conn c;
 	struct gmem g;
 	uint8_t *h;
-	long long a0, d0, e0, u0, co0, pins0;
+	long long a0, d0, e0, u0, co0, co1, co2, pins0;
 	char buf[128], want[128];
 	int fd, rc, st;
 
@@ -103,8 +103,10 @@ int main(void)
 	   gs("calls/dma_map_pages"), gs("live_dma_mappings"));
 	ok(pm_nc("registrations_acquired") == 0 && pm_nc("registrations_declined") == 0,
 	   "the MR is nv_mem's: nv_mem_nc was not asked");
-	ok(pm("sg_entries_uncoalesced") == (long long)NPAGES && pm("sg_entries_coalesced") == (long long)NPAGES,
-	   "64 KiB contiguity: %lld entries for %lu pages (nothing to coalesce)",
+	/* Bus addresses are IOVAs: consecutive only where the IOMMU's allocator made them so. */
+	ok(pm("sg_entries_uncoalesced") == (long long)NPAGES && pm("sg_entries_coalesced") >= 1 &&
+	   pm("sg_entries_coalesced") <= (long long)NPAGES,
+	   "64 KiB contiguity: %lld entries for %lu pages (bus-contiguous pages merged)",
 	   pm("sg_entries_coalesced"), NPAGES);
 	ok(s1.dereg_pages == 0 && s1.dealloc_mrs == 0, "the core's num_dereg_pages and num_dealloc_mrs at 0");
 
@@ -172,11 +174,13 @@ int main(void)
 
 	/*
 	 * Whole-allocation contiguity. rxe's PCI device (QEMU's edu, bound by
-	 * rxe_dma) keeps the PCI core's 64 KiB maximum DMA segment, so however
-	 * contiguous the bus addresses are, peermem makes one entry per GPU
-	 * page: the device's limit is honoured (coalescing within a larger
-	 * limit, like mlx5's 2 GiB, is covered by the KUnit suite
-	 * peermem_client).
+	 * rxe_dma) has mlx5's 2 GiB maximum DMA segment, so peermem merges
+	 * GPU pages whose bus addresses follow each other. Behind the IOMMU
+	 * that depends on the IOVAs gpusim's per-page mappings got, not on
+	 * physical contiguity (as for a real GPU's per-page mappings behind an
+	 * IOMMU): between 1 and one entry per page, and the data must arrive
+	 * right through however many there are. Exact run counts are checked
+	 * by the KUnit suite peermem_client.
 	 */
 	gs_knob("contig_bytes", "0");
 	if (gmem_alloc(fd, LEN, &g))
@@ -185,10 +189,11 @@ int main(void)
 	co0 = pm("sg_entries_coalesced");
 	fill(g.p, LEN, 0x7777);
 	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	co1 = pm("sg_entries_coalesced") - co0;
 	ok(mr && pm("sg_entries_uncoalesced") - u0 == (long long)NPAGES &&
-	   pm("sg_entries_coalesced") - co0 == (long long)NPAGES,
-	   "contig_bytes=0 (chunk %u KiB): %lu GPU pages in %lld entries, within the device's 64 KiB segment limit",
-	   g.chunk / 1024, NPAGES, pm("sg_entries_coalesced") - co0);
+	   co1 >= 1 && co1 <= (long long)NPAGES,
+	   "contig_bytes=0 (chunk %u KiB): %lu GPU pages in %lld entries (bus-contiguous runs merged)",
+	   g.chunk / 1024, NPAGES, co1);
 	rc = mr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, LEN, (uintptr_t)g.p, mr->rkey) : -1;
 	ok(rc == 0 && !memcmp(h, g.p, LEN), "RDMA READ of the physically contiguous MR (status %d)", rc);
 	fill(h, LEN, 0x7878);
@@ -197,9 +202,10 @@ int main(void)
 	/* A sub-range of it: GPU pages 1 to 10, the first and last entries trimmed by the core. */
 	smr = ibv_reg_mr(c.pd, g.p + 100000, 600000, MR_ACCESS);
 	rc = smr ? rdma_op(&c, IBV_WR_RDMA_READ, hmr, h + LEN, 600000, (uintptr_t)g.p + 100000, smr->rkey) : -1;
-	ok(rc == 0 && !memcmp(h + LEN, g.p + 100000, 600000) &&
-	   pm("sg_entries_coalesced") - co0 == (long long)NPAGES + 10,
-	   "a sub-range of contiguous memory: 10 entries, trimmed at both ends, read right (status %d)", rc);
+	co2 = pm("sg_entries_coalesced") - co0 - co1;
+	ok(rc == 0 && !memcmp(h + LEN, g.p + 100000, 600000) && co2 >= 1 && co2 <= 10,
+	   "a sub-range of contiguous memory: 10 GPU pages in %lld entries, trimmed at both ends, read right (status %d)",
+	   co2, rc);
 	if (smr)
 		ibv_dereg_mr(smr);
 	if (mr)
@@ -207,15 +213,15 @@ int main(void)
 	gmem_free(fd, &g);
 	gmem_drop(&g);
 
-	/* 256 KiB contiguity: 4 physical runs, still one entry per page. */
+	/* 256 KiB contiguity: 4 physical runs. */
 	gs_knob("contig_bytes", "262144");
 	if (gmem_alloc(fd, LEN, &g))
 		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
 	co0 = pm("sg_entries_coalesced");
 	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
-	ok(mr && pm("sg_entries_coalesced") - co0 == (long long)NPAGES,
-	   "contig_bytes=256 KiB: %lld entries for 4 physically contiguous runs (the device's limit)",
-	   pm("sg_entries_coalesced") - co0);
+	co1 = pm("sg_entries_coalesced") - co0;
+	ok(mr && co1 >= 1 && co1 <= (long long)NPAGES,
+	   "contig_bytes=256 KiB: %lld entries for %lu GPU pages in 4 physical runs", co1, NPAGES);
 	fill(h, LEN, 0x2525);
 	rc = mr ? rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h, LEN, (uintptr_t)g.p, mr->rkey) : -1;
 	ok(rc == 0 && !memcmp(h, g.p, LEN), "RDMA WRITE across the 4 runs (status %d)", rc);
