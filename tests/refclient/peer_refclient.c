@@ -926,10 +926,10 @@ static int ref_map_own(struct ref_ctx *c, struct device *dev)
  */
 static int ref_fill_core(struct ref_ctx *c)
 {
-	unsigned int nents = c->res ? c->count : c->map.nents;
 	struct scatterlist *sg, *src = c->map.sgl;
 	int bad = atomic_xchg(&bad_entry, -1);
-	u64 off = 0;
+	unsigned int used = 1;
+	u64 off = 0, src_off = 0;
 	unsigned int i;
 	int ret;
 
@@ -939,15 +939,27 @@ static int ref_fill_core(struct ref_ctx *c)
 	for_each_sg(c->core.sgl, sg, c->count, i)
 		sg_set_page(sg, c->res ? NULL : ref_chunk_page(c, i), c->chunk,
 			    0);
-	for_each_sg(c->core.sgl, sg, nents, i) {
+	/*
+	 * One DMA entry per chunk, whatever the DMA API merged (the device
+	 * allows 2 GiB segments): a reference client keeps it simple, and
+	 * bad_entry always has an entry to spoil.
+	 */
+	for_each_sg(c->core.sgl, sg, c->count, i) {
 		if (c->res) {
 			sg_dma_address(sg) = c->res[i];
-			sg_dma_len(sg) = c->chunk;
 		} else {
-			sg_dma_address(sg) = sg_dma_address(src);
-			sg_dma_len(sg) = sg_dma_len(src);
-			src = sg_next(src);
+			while (src_off >= sg_dma_len(src)) {
+				if (used++ >= c->map.nents) {
+					sg_free_table(&c->core);
+					return -EINVAL;
+				}
+				src = sg_next(src);
+				src_off = 0;
+			}
+			sg_dma_address(sg) = sg_dma_address(src) + src_off;
+			src_off += c->chunk;
 		}
+		sg_dma_len(sg) = c->chunk;
 		if (i == bad) {
 			bad_offset = off;
 			bad_len = sg_dma_len(sg);
@@ -957,7 +969,7 @@ static int ref_fill_core(struct ref_ctx *c)
 		}
 		off += sg_dma_len(sg);
 	}
-	c->core.nents = nents;
+	c->core.nents = c->count;
 	return 0;
 }
 
