@@ -542,9 +542,16 @@ pub(crate) fn release(reg: Arc<Registration>) {
             reg.invalidated.wait(&mut g);
         }
     }
+    inject::DELAY_RELEASE_MS.delay();
     // Pinned still if the core gave up before get_pages or after it failed.
     reg.unpin();
     reg.stats().registrations_released.inc();
+    // The core frees its client once every release returned: no call of its
+    // invalidate for this registration may still be running now.
+    if reg.inner.lock().invalidating != 0 {
+        reg.stats().errors.inc();
+        pr_err!("BUG: release returns while the core's invalidate runs for the registration; the core may free its client under that call. Please report this peermem bug\n");
+    }
 }
 
 /// The GPU driver's free callback for a pin whose put returned 0 before it
@@ -597,6 +604,7 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     // PEER_MEM_INVALIDATE_UNMAPS it never calls dma_unmap/put_pages for the
     // mapping afterwards.
     if let Some(ticket) = ticket {
+        inject::DELAY_INVALIDATE_MS.delay();
         if ffi::core_invalidate(ticket).is_some() {
             stats.invalidations_gpu_free.inc();
         }
@@ -607,6 +615,7 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
         mapping.free_in_callback();
         stats.dma_unmaps.inc();
     }
+    inject::DELAY_FREE_CALLBACK_MS.delay();
     drop(reg);
 }
 
@@ -633,9 +642,17 @@ pub(crate) fn address_changed(reg: Arc<Registration>) {
         }
         reg.end_invalidate();
     }
+    inject::DELAY_ADDRESS_CHANGE_MS.delay();
     // The table itself stays until dma_unmap or the registration goes.
     reg.inner.lock().unmap(reg.stats());
     reg.unpin();
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last reference is gone; what `Inner` owns goes after this.
+        inject::DELAY_TEARDOWN_MS.delay();
+    }
 }
 
 impl Inner {
@@ -708,6 +725,7 @@ impl Registration {
                 }
             }
         };
+        inject::DELAY_UNPIN_MS.delay();
         let pages = pt.entries();
         let persistent = pt.is_persistent();
         let (res, callback_ref) = pt.put();

@@ -4,10 +4,14 @@
 //! callback can race a registration, so tests can hit each one on purpose.
 //!
 //! Files `inject_*` in `/sys/kernel/debug/peermem/` (root only, 0 = off):
-//! the delay in milliseconds at the start of the core's call, before
-//! peermem takes the registration lock. The core holds the umem's mapping
-//! lock across both calls, so an invalidation waits meanwhile, as it would
-//! for a slow driver.
+//! the delay in milliseconds at one point of peermem's code, where another
+//! thread (a free callback, the address-change work item, the core's next
+//! call, module unload) can come in. `get_pages` and `dma_map`: at the
+//! start of the core's call, before peermem takes the registration lock;
+//! the core holds the umem's mapping lock across both calls, so an
+//! invalidation waits meanwhile, as it would for a slow driver. The others
+//! mark the windows of the lifetime bugs the tests reproduce
+//! (`tests/guest/peermem/t_peermem_lifetime.c`).
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -38,8 +42,30 @@ pub(crate) static DELAY_GET_PAGES_MS: Knob = Knob::new();
 /// Delay at the start of `dma_map` (after `get_pages`, before the mapping).
 pub(crate) static DELAY_DMA_MAP_MS: Knob = Knob::new();
 
+/// Delay in `put_pages`/`release` after the page table was taken out of
+/// the registration and the lock dropped, before it is given back.
+pub(crate) static DELAY_UNPIN_MS: Knob = Knob::new();
+/// Delay in `release` after it found no invalidation running, before it
+/// unpins and returns.
+pub(crate) static DELAY_RELEASE_MS: Knob = Knob::new();
+/// Delay in the address-change work item after the core's invalidate
+/// returned, before the mapping is undone.
+pub(crate) static DELAY_ADDRESS_CHANGE_MS: Knob = Knob::new();
+/// Delay in the free callback before it calls the core's invalidate.
+pub(crate) static DELAY_INVALIDATE_MS: Knob = Knob::new();
+/// Delay at the end of the free callback, before it drops its reference.
+pub(crate) static DELAY_FREE_CALLBACK_MS: Knob = Knob::new();
+/// Delay in the teardown of a registration (its last reference dropped).
+pub(crate) static DELAY_TEARDOWN_MS: Knob = Knob::new();
+
 /// Calls `f` with the file name and the knob, for every knob.
 pub(crate) fn for_each(mut f: impl FnMut(&'static core::ffi::CStr, &'static Knob)) {
     f(c"inject_delay_get_pages_ms", &DELAY_GET_PAGES_MS);
     f(c"inject_delay_dma_map_ms", &DELAY_DMA_MAP_MS);
+    f(c"inject_delay_unpin_ms", &DELAY_UNPIN_MS);
+    f(c"inject_delay_release_ms", &DELAY_RELEASE_MS);
+    f(c"inject_delay_address_change_ms", &DELAY_ADDRESS_CHANGE_MS);
+    f(c"inject_delay_invalidate_ms", &DELAY_INVALIDATE_MS);
+    f(c"inject_delay_free_callback_ms", &DELAY_FREE_CALLBACK_MS);
+    f(c"inject_delay_teardown_ms", &DELAY_TEARDOWN_MS);
 }
