@@ -124,7 +124,11 @@ bool peermem_watch_available(void);
  * ERR_PTR(-ENOMEM). Free it with peermem_watch_free().
  */
 struct peermem_watch *peermem_watch_alloc(void);
-/* Start watching [start, start + len) of the calling process for reg: 0 or -errno. */
+/*
+ * Start watching [start, start + len) of the calling process for reg: 0 or
+ * -errno (-EBUSY if started already). Start and stop of one watch are
+ * serialized (the watch's mutex), so they may be called concurrently.
+ */
 int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64 len);
 /*
  * Stop watching; sleeps until no notifier call for it runs. Idempotent.

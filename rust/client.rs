@@ -153,12 +153,15 @@ pub(crate) struct Registration {
     range: GpuRange,
     /// The address-space watch (non-persistent pins in a user process).
     watch: Option<AddressWatch>,
-    _live: Live,
     #[pin]
     inner: Lock<Inner>,
     /// Signalled when `inner.invalidating` drops to 0.
     #[pin]
     invalidated: CondVar,
+    /// Last: fields drop in declaration order, and module unload waits
+    /// until this count drops; everything before (the watch's and
+    /// `inner`'s drops: module code) must have run by then.
+    _live: Live,
 }
 
 /// Counts a registration object as alive, for the statistics of its
@@ -247,7 +250,6 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
             kind,
             range,
             watch,
-            _live: Live::new(stats),
             inner <- new_lock!(
                 Inner {
                     phase: Phase::New,
@@ -259,6 +261,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
                 "peermem_registration"
             ),
             invalidated <- new_condvar!("peermem_registration_invalidated"),
+            _live: Live::new(stats),
         }),
         GFP_KERNEL,
     ) {
@@ -270,7 +273,11 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     };
     // Before the pin: an unmap from here on revokes the registration.
     if let Some(w) = &reg.watch {
-        if let Err(e) = w.start(&reg, range.addr(), range.len()) {
+        // SAFETY: every path that gives up a reference to `reg` stops the
+        // watch first: the decline paths below and `release` call
+        // `stop_watch` before the core's reference (the last one the
+        // notifier does not hold itself) goes.
+        if let Err(e) = unsafe { w.start(&reg, range.addr(), range.len()) } {
             stats.errors.inc();
             stats.registrations_declined.inc();
             pr_err!(
@@ -541,6 +548,17 @@ pub(crate) fn release(reg: Arc<Registration>) {
         while g.invalidating != 0 {
             reg.invalidated.wait(&mut g);
         }
+        // In the same critical section: no call of the core's invalidate
+        // for this registration may start any more (a free callback or an
+        // address change from now on finds no ticket). The core frees its
+        // client once every release returned.
+        g.ticket = None;
+        // An address change invalidated through the core and its work item
+        // has not undone the mapping yet (after an invalidation the core
+        // never calls dma_unmap): undo it here, a legitimate race.
+        if g.revoked {
+            g.unmap(reg.stats());
+        }
     }
     inject::DELAY_RELEASE_MS.delay();
     // Pinned still if the core gave up before get_pages or after it failed.
@@ -704,9 +722,12 @@ impl Registration {
     /// returned 0 takes the free callback's reference out of the registry,
     /// unless the callback took it first.
     fn unpin(&self) {
-        let pt = {
+        // Under the lock, while the free callback cannot run: read what is
+        // needed of the table and make it a pending put. Once the lock is
+        // dropped the callback may run and the driver free the table.
+        let (pending, pages) = {
             let mut g = self.inner.lock();
-            match core::mem::replace(
+            let pt = match core::mem::replace(
                 &mut g.phase,
                 Phase::Unpinning {
                     callback_ran: false,
@@ -723,12 +744,13 @@ impl Registration {
                     g.phase = other;
                     return;
                 }
-            }
+            };
+            let pages = pt.entries();
+            (pt.begin_put(), pages)
         };
         inject::DELAY_UNPIN_MS.delay();
-        let pages = pt.entries();
-        let persistent = pt.is_persistent();
-        let (res, callback_ref) = pt.put();
+        let persistent = pending.is_persistent();
+        let (res, callback_ref) = pending.put();
         let taken = {
             let mut g = self.inner.lock();
             let ran = matches!(g.phase, Phase::Unpinning { callback_ran: true });

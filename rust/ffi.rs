@@ -398,9 +398,13 @@ unsafe extern "C" fn watch_changed(r: *const c_void) {
 /// [`AddressWatch::start`]).
 pub(crate) struct AddressWatch(NonNull<raw::peermem_watch>);
 
-// SAFETY: the C object is used from any thread; its state changes are atomic.
+// SAFETY: the C object is used from any thread.
 unsafe impl Send for AddressWatch {}
-// SAFETY: as above; `start`/`stop` through `&self` are safe concurrently.
+// SAFETY: the C side serializes `peermem_watch_start` and
+// `peermem_watch_stop` of one watch with the watch's own mutex, so `start`
+// and `stop` through `&self` may run concurrently (a `stop` that finds the
+// watch not started returns at once; one that finds it started returns
+// once the notifier is removed, also when another `stop` removes it).
 unsafe impl Sync for AddressWatch {}
 
 impl AddressWatch {
@@ -418,17 +422,22 @@ impl AddressWatch {
         Ok(NonNull::new(p).map(Self))
     }
 
-    /// Watches `[start, start + len)` of the calling process for `reg`.
+    /// Watches `[start, start + len)` of the calling process for `reg`:
+    /// until [`AddressWatch::stop`] returns, the notifier may take new
+    /// references to `reg` from the pointer it keeps. `EBUSY` if the watch
+    /// is started already.
     ///
-    /// `reg` must own this watch (it is one of its fields): its `Drop` then
-    /// frees the watch, and the registration's owner must call
-    /// [`AddressWatch::stop`] before the last reference to `reg` can go,
-    /// as the notifier takes new references until it is stopped.
-    pub(crate) fn start(&self, reg: &Arc<Registration>, start: u64, len: u64) -> Result {
+    /// # Safety
+    ///
+    /// `reg` stays alive until [`AddressWatch::stop`] has returned: the
+    /// caller calls `stop` before the last reference to `reg` can go (for
+    /// a watch that is a field of `reg`, before the reference it gives up
+    /// last).
+    pub(crate) unsafe fn start(&self, reg: &Arc<Registration>, start: u64, len: u64) -> Result {
         let p: *const Registration = &**reg;
         // SAFETY: `self.0` is a live watch (type invariant); `p` is the
         // pointer `Arc::into_raw` would give for `reg`, valid until `stop`
-        // (the owner's duty, above).
+        // (the caller's obligation).
         to_result(unsafe { raw::peermem_watch_start(self.0.as_ptr(), p.cast(), start, len) })
     }
 
@@ -862,7 +871,8 @@ unsafe extern "C" fn cb_gpu_free(data: *mut c_void) {
 /// `ptr` is a page table the driver handed out for `[va, va + len)` and
 /// did not free: it stays valid until [`PageTable::put`] or, for a
 /// non-persistent one, until its free callback returns; the owner of the
-/// `PageTable` makes sure neither happened while it uses it (peermem's
+/// `PageTable` makes sure neither happened while it uses it (before either
+/// can happen it turns it into a [`PendingPut`], which reads nothing) (peermem's
 /// free callback takes the table out of its registration, under the
 /// registration's lock, before returning). `callback` names the free
 /// callback's reference (`None` for a persistent pin); `stats` are the
@@ -954,11 +964,6 @@ impl PageTable {
         self.table().entries
     }
 
-    /// Whether this pin is persistent (no free callback).
-    pub(crate) fn is_persistent(&self) -> bool {
-        self.callback.is_none()
-    }
-
     /// Whether every page pointer is there.
     pub(crate) fn pages_present(&self) -> bool {
         let t = self.table();
@@ -971,22 +976,20 @@ impl PageTable {
         })
     }
 
-    /// Unpins the pages (`nvidia_p2p_put_pages*`). The page table is gone
-    /// afterwards whatever the result; the name of the callback's reference
-    /// (`None`: persistent) comes back for the caller to decide about (see
-    /// [`CallbackRef::take`]).
-    pub(crate) fn put(self) -> (Result, Option<CallbackRef>) {
+    /// Starts giving the table back: what is left is only the table's
+    /// address, the driver's key for `nvidia_p2p_put_pages*`. Call this
+    /// where the table is still valid (for a non-persistent pin: where its
+    /// free callback cannot have run, e.g. under the lock the callback
+    /// takes); from then on the callback may run and the driver free the
+    /// table, and nothing reads it any more.
+    pub(crate) fn begin_put(self) -> PendingPut {
         let mut this = core::mem::ManuallyDrop::new(self);
-        let callback = this.callback.take();
-        let ret = if callback.is_none() {
-            // SAFETY: a persistent pin of this range, not put before (type invariant).
-            unsafe { raw::nvidia_p2p_put_pages_persistent(this.va, this.ptr.as_ptr(), 0) }
-        } else {
-            // SAFETY: a pin of this range; if its free callback is running,
-            // the driver refuses (or serializes) the put.
-            unsafe { raw::nvidia_p2p_put_pages(0, 0, this.va, this.ptr.as_ptr()) }
-        };
-        (result_of(ret), callback)
+        PendingPut {
+            ptr: this.ptr,
+            va: this.va,
+            callback: this.callback.take(),
+            stats: this.stats,
+        }
     }
 
     /// Called from the free callback: the page table is the driver's from
@@ -1002,6 +1005,61 @@ impl Drop for PageTable {
         // `give_to_driver`); reaching this is a peermem bug that leaks a pin.
         self.stats.errors.inc();
         pr_err!("BUG: a pinned page table at {:#x} was dropped without being put back; its GPU memory stays pinned\n", self.va);
+    }
+}
+
+/// A page table being given back ([`PageTable::begin_put`]): its address
+/// and range, which the driver's put looks up, and nothing that reads it.
+///
+/// # Invariants
+///
+/// `ptr` was a page table the driver handed out for `[va, va + len)`, not
+/// put yet; it may have been freed since (its free callback ran), so it is
+/// never dereferenced. `callback` and `stats` as in [`PageTable`].
+pub(crate) struct PendingPut {
+    ptr: NonNull<raw::nvidia_p2p_page_table>,
+    va: u64,
+    callback: Option<CallbackRef>,
+    stats: &'static Stats,
+}
+
+// SAFETY: an address and an id.
+unsafe impl Send for PendingPut {}
+
+impl PendingPut {
+    /// Whether this pin is persistent (no free callback).
+    pub(crate) fn is_persistent(&self) -> bool {
+        self.callback.is_none()
+    }
+
+    /// Unpins the pages (`nvidia_p2p_put_pages*`). The page table is gone
+    /// afterwards whatever the result; the name of the callback's reference
+    /// (`None`: persistent) comes back for the caller to decide about (see
+    /// [`CallbackRef::take`]).
+    pub(crate) fn put(self) -> (Result, Option<CallbackRef>) {
+        let mut this = core::mem::ManuallyDrop::new(self);
+        let callback = this.callback.take();
+        let ret = if callback.is_none() {
+            // SAFETY: a persistent pin of this range, not put before (type
+            // invariant); a persistent table has no free callback, and the
+            // driver only looks the address up.
+            unsafe { raw::nvidia_p2p_put_pages_persistent(this.va, this.ptr.as_ptr(), 0) }
+        } else {
+            // SAFETY: a pin of this range, not put before. The driver looks
+            // the address up among its live tables without reading it: if
+            // the free callback ran (or runs), it finds none and returns 0
+            // (550) or an error, and frees nothing twice.
+            unsafe { raw::nvidia_p2p_put_pages(0, 0, this.va, this.ptr.as_ptr()) }
+        };
+        (result_of(ret), callback)
+    }
+}
+
+impl Drop for PendingPut {
+    fn drop(&mut self) {
+        // `put` consumes it; reaching this is a peermem bug that leaks a pin.
+        self.stats.errors.inc();
+        pr_err!("BUG: a page table at {:#x} being put back was dropped instead; its GPU memory stays pinned\n", self.va);
     }
 }
 

@@ -164,6 +164,7 @@ enum {
 };
 
 struct peermem_watch {
+	struct mutex lock;	/* serializes start and stop */
 	struct mmu_interval_notifier mni;
 	struct work_struct work;
 	const void *reg;	/* borrowed: alive while INSERTED (see the header) */
@@ -245,6 +246,7 @@ struct peermem_watch *peermem_watch_alloc(void)
 	if (!w)
 		return ERR_PTR(-ENOMEM);
 	INIT_WORK(&w->work, peermem_watch_work);
+	mutex_init(&w->lock);
 	return w;
 }
 
@@ -254,18 +256,27 @@ int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64
 
 	if (!current->mm)
 		return -EINVAL;
-	w->reg = reg;
-	ret = mmu_interval_notifier_insert(&w->mni, current->mm, start, len,
-					   &peermem_watch_ops);
-	if (!ret)
-		set_bit(PEERMEM_WATCH_INSERTED, &w->flags);
+	mutex_lock(&w->lock);
+	if (test_bit(PEERMEM_WATCH_INSERTED, &w->flags)) {
+		ret = -EBUSY;
+	} else {
+		w->reg = reg;
+		ret = mmu_interval_notifier_insert(&w->mni, current->mm, start,
+						   len, &peermem_watch_ops);
+		if (!ret)
+			set_bit(PEERMEM_WATCH_INSERTED, &w->flags);
+	}
+	mutex_unlock(&w->lock);
 	return ret;
 }
 
 void peermem_watch_stop(struct peermem_watch *w)
 {
+	/* Held across the removal: a concurrent stop returns after it too. */
+	mutex_lock(&w->lock);
 	if (test_and_clear_bit(PEERMEM_WATCH_INSERTED, &w->flags))
 		mmu_interval_notifier_remove(&w->mni);
+	mutex_unlock(&w->lock);
 }
 #else
 struct peermem_watch *peermem_watch_alloc(void)
@@ -286,6 +297,7 @@ void peermem_watch_stop(struct peermem_watch *w)
 void peermem_watch_free(struct peermem_watch *w)
 {
 	peermem_watch_stop(w);
+	mutex_destroy(&w->lock);
 	kfree(w);
 }
 

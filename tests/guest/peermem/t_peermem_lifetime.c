@@ -158,7 +158,7 @@ static void test_release(void)
 	ok(pm("free_callbacks") == cb0 + 1 && pm("invalidations_gpu_free") == inv0,
 	   "release: the free callback did not invalidate the released MR through the core (invalidations_gpu_free %+lld)",
 	   pm("invalidations_gpu_free") - inv0);
-	ok(!dmesg_has("release returns while the core's invalidate runs"),
+	ok(!dmesg_has("release returns while the core.s invalidate runs"),
 	   "release: no invalidate of the core outlived release");
 	ok(!dmesg_has("put_pages or release before dma_unmap"),
 	   "release: the munmap/dereg race is not reported as a core bug");
