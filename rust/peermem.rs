@@ -17,23 +17,26 @@
 //! through the core, and so does an mmu interval notifier when the process
 //! unmaps or moves the registered range. See `docs/module.md`.
 //!
-//! Layout: `ffi` is the only module with raw bindings and C calls;
-//! `client` is the clients' logic, `range` the page arithmetic, `stats`
-//! the counters in `/sys/kernel/debug/peermem/` (and `nc/`), `params` the module
-//! parameters, `sync` the lock type, `inject` the test delays. Kernel
-//! interfaces whose Rust abstractions differ between the supported kernels
-//! (module parameters, debugfs, scatterlists, PCI) live in the C glue
-//! `helpers.c`, behind `ffi`.
+//! Layout (`docs/architecture.md`): `kapi` holds the safe abstractions,
+//! one per concept (the peer-memory core client, the NVIDIA P2P page table
+//! and its mapping, the callback-reference registry, devices,
+//! scatterlists, address watches, debugfs, object counting), with every
+//! `unsafe` block that touches C; `client` is the driver on top of them
+//! (the two clients, the registration and its states, the checks of what
+//! the GPU driver hands out, counters, parameters, test delays). `kapi`
+//! never names `client`. Kernel interfaces whose Rust abstractions differ
+//! between the supported kernels live in the C glue `helpers.c`, behind
+//! `kapi`.
 
 use kernel::prelude::*;
 
 mod client;
-mod ffi;
-mod inject;
-mod params;
-mod range;
-mod stats;
-mod sync;
+mod kapi;
+
+use client::{inject, params, stats, NvMem, NvMemNc, Registration};
+use kapi::debugfs::Debugfs;
+use kapi::mmu_notifier::Watches;
+use kapi::peer_mem::{CoreClient, PeerMemoryClient};
 
 // Only the keys that `module!` accepts on every supported kernel (6.12
 // wants `author:`, 7.x `authors: [..]`; neither has a `version:`): author,
@@ -57,19 +60,21 @@ module! {
     license: "GPL",
 }
 
+/// The module. `Drop` takes the parts down in the order unload needs
+/// (see there).
 struct PeerMem {
     /// The non-invalidating client (`nv_mem_nc`), unless `enable_nc=0`.
-    core_nc: Option<ffi::CoreClient>,
+    core_nc: Option<CoreClient<NvMemNc>>,
     /// The invalidating client (`nv_mem`), unless `enable_invalidate=0`.
-    core: Option<ffi::CoreClient>,
-    watches: Option<ffi::Watches>,
-    debugfs: Option<ffi::Debugfs>,
+    core: Option<CoreClient<NvMem>>,
+    watches: Option<Watches<Registration>>,
+    debugfs: Option<Debugfs>,
     params: params::Params,
 }
 
-/// Registers the client `kind` as `name`, or says why the core refused.
-fn register(kind: client::Kind, name: &str) -> Result<ffi::CoreClient> {
-    ffi::CoreClient::register(kind, name).inspect_err(|_| {
+/// Registers client `T` as `name`, or says why the core refused.
+fn register<T: PeerMemoryClient>(name: &str) -> Result<CoreClient<T>> {
+    CoreClient::<T>::register(name).inspect_err(|_| {
         pr_err!(
             "the peer-memory core refused to register client {} (see its messages above); unload peermem and other peer-memory clients and load it again, or report the core's message\n",
             name
@@ -80,7 +85,7 @@ fn register(kind: client::Kind, name: &str) -> Result<ffi::CoreClient> {
 impl kernel::Module for PeerMem {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let params = params::Params::from_module()?;
-        let debugfs = match ffi::Debugfs::create(&stats::STATS, &stats::STATS_NC) {
+        let debugfs = match create_debugfs() {
             Ok(d) => Some(d),
             Err(e) => {
                 pr_warn!(
@@ -91,28 +96,28 @@ impl kernel::Module for PeerMem {
             }
         };
         // Before the core can call acquire, which starts watches.
-        let watches = ffi::Watches::setup().inspect_err(|_| {
+        let watches = Watches::<Registration>::setup().inspect_err(|_| {
             pr_err!("out of memory creating peermem's work queue; try loading it again\n");
         })?;
         // The invalidating client first: the core asks clients in the
         // order they registered, so MRs go to it and only what it declines
         // (and what cannot be invalidated) to the non-invalidating one.
         let core = if params.invalidating {
-            Some(register(client::Kind::Invalidating, params.peer_name)?)
+            Some(register::<NvMem>(params.peer_name)?)
         } else {
             None
         };
         // On failure `core` drops here, unregistering the first client.
         let core_nc = match &params.nc_name {
-            Some(name) => Some(register(client::Kind::Persistent, name.as_str())?),
+            Some(name) => Some(register::<NvMemNc>(name.as_str())?),
             None => None,
         };
-        pr_info!("version {} loaded\n", ffi::VERSION);
+        pr_info!("version {} loaded\n", kapi::VERSION);
         if core.is_some() {
             pr_info!(
                 "registered as peer-memory client {} (invalidating: freed GPU memory is revoked from RDMA{})\n",
                 params.peer_name,
-                match (ffi::Watches::available(), params.mmu_notifier) {
+                match (Watches::<Registration>::available(), params.mmu_notifier) {
                     (true, _) => "; so is a range the process unmaps or moves",
                     (false, false) => {
                         "; mmu_notifier=0: unmapping or moving a registered range does not revoke it"
@@ -164,9 +169,9 @@ impl Drop for PeerMem {
         // Runs the address-change work items still queued.
         drop(self.watches.take());
         // A GPU free callback may still be finishing on another CPU.
-        ffi::wait_for_objects();
+        kapi::object_count::wait_for_objects();
         // Every registry entry holds an object: none can be left now.
-        let left = ffi::callback_refs_left();
+        let left = kapi::cbref::left();
         if left != 0 {
             pr_err!(
                 "BUG: {} free callback references left in the registry at unload; their registrations leak. Please report this peermem bug\n",
@@ -186,4 +191,18 @@ impl Drop for PeerMem {
             (false, None) => pr_info!("unloaded\n"),
         }
     }
+}
+
+/// `/sys/kernel/debug/peermem/`: a read-only file per counter of the
+/// invalidating client and the test knobs, and `nc/` with the counters of
+/// the non-invalidating client.
+fn create_debugfs() -> Result<Debugfs> {
+    let d = Debugfs::create()?;
+    stats::STATS.for_each(|name, c| d.add_u64(None, name, c.atomic()));
+    // Without its subdirectory (out of memory) the nc client has no files.
+    if let Some(nc) = d.subdir(c"nc") {
+        stats::STATS_NC.for_each(|name, c| d.add_u64(Some(&nc), name, c.atomic()));
+    }
+    inject::for_each(|name, knob| d.add_u32(name, knob.atomic()));
+    Ok(d)
 }

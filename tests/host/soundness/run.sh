@@ -12,16 +12,22 @@
 #
 # Environment: KDIR (default: scripts/kernel.sh --print-kdir), PEERMEM_CACHE.
 #
-# Probes:
+# Probes (each must be refused with E0133, "call to unsafe function"):
 #   address-watch-start: starting an address watch hands the mmu notifier a
 #     borrowed pointer to its owner, which must stay alive until the watch
-#     is stopped: `AddressWatch::start` must be an `unsafe fn` (E0133).
+#     is stopped: `AddressWatch::start` must be an `unsafe fn`.
+#   ticket-invalidate: the core's invalidate needs its client registered,
+#     which holds only while the ticket's registration is not released:
+#     `Ticket::invalidate` must be an `unsafe fn`.
+#   mapped-give-to-driver: `nvidia_p2p_free_dma_mapping` is only allowed
+#     inside the page table's free callback: `MappedTable::give_to_driver`
+#     must be an `unsafe fn`.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../../scripts/lib.sh"
 
 kdir=${KDIR:-$("$PEERMEM_ROOT/scripts/kernel.sh" --print-kdir 2>/dev/null)}
-probes=(address-watch-start)
+probes=(address-watch-start ticket-invalidate mapped-give-to-driver)
 echo "1..$((2 * ${#probes[@]}))"
 n=0 fails=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
@@ -45,10 +51,24 @@ probe_body() {
 	address-watch-start)
 		cat <<'RS'
 fn soundness_probe(
-    w: &crate::ffi::AddressWatch,
+    w: &crate::kapi::mmu_notifier::AddressWatch<crate::client::Registration>,
     reg: &kernel::sync::Arc<crate::client::Registration>,
 ) -> kernel::error::Result {
-    CALL(w.start(reg, 0x10000, 0x10000))
+    CALL(w.start(reg.as_arc_borrow(), 0x10000, 0x10000))
+}
+RS
+		;;
+	ticket-invalidate)
+		cat <<'RS'
+fn soundness_probe(t: &crate::kapi::peer_mem::Ticket) -> Option<i32> {
+    CALL(t.invalidate())
+}
+RS
+		;;
+	mapped-give-to-driver)
+		cat <<'RS'
+fn soundness_probe(m: crate::kapi::nvidia_p2p::MappedTable<crate::client::Registration>) {
+    CALL(m.give_to_driver())
 }
 RS
 		;;

@@ -4,7 +4,12 @@
 # (tests/gpusim/) is formatted with the kernel's rustfmt settings, and both
 # build against the rig kernel with the kernel's clippy lints (CLIPPY=1)
 # without a single warning. The builds run in scratch copies, so the
-# checkout's objects are not touched. Prints TAP.
+# checkout's objects are not touched. And peermem's layers keep their rule
+# (docs/architecture.md): the abstractions in rust/kapi/ never name the
+# driver (crate::client); the driver (rust/client/, rust/peermem.rs) has no
+# raw code (no bindings, extern functions, unsafe impls or unsafe fns), and
+# each of its unsafe blocks (calls of the abstractions' unsafe fns) says
+# under `// SAFETY:` how the obligation is met. Prints TAP.
 #
 #   KDIR=<rig kernel tree> tests/host/style/run.sh
 #
@@ -13,7 +18,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../../scripts/lib.sh"
 
-echo "1..3"
+echo "1..5"
 n=0 fails=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
@@ -21,7 +26,7 @@ notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
 kdir=${KDIR:-}
 [ -n "$kdir" ] || kdir=$("$PEERMEM_ROOT/scripts/kernel.sh" --print-kdir 2>/dev/null | tail -n 1)
 if [ -z "$kdir" ] || [ ! -f "$kdir/.config" ]; then
-	for t in "rustfmt" "peermem clippy" "gpusim clippy"; do notok "$t: no rig kernel tree (KDIR='$kdir'); build it with scripts/kernel.sh"; done
+	for t in "rustfmt" "peermem clippy" "gpusim clippy" "layers: kapi" "layers: client"; do notok "$t: no rig kernel tree (KDIR='$kdir'); build it with scripts/kernel.sh"; done
 	exit 1
 fi
 src=$kdir; [ -e "$kdir/source" ] && src=$(readlink -f "$kdir/source")
@@ -31,7 +36,7 @@ mkdir -p "$log" || { echo "Bail out! cannot create $log"; exit 1; }
 # --- rustfmt, with the kernel's .rustfmt.toml (what `make rustfmt` uses)
 cd "$PEERMEM_ROOT" || exit 1
 files=()
-for f in rust/*.rs tests/gpusim/*.rs; do
+for f in rust/*.rs rust/*/*.rs tests/gpusim/*.rs; do
 	[ "$f" = rust/ffi_generated.rs ] || files+=("$f")	# bindgen's output
 done
 if ! command -v rustfmt >/dev/null; then
@@ -68,4 +73,22 @@ cp -r include "$scratch/gs/"
 cp -r tests/gpusim "$scratch/gs/tests/"
 (cd "$scratch/gs/tests/gpusim" && rm -f ./*.o ./*.ko ./*.mod* Module.symvers modules.order testclient/*.o testclient/*.ko)
 clippy "gpusim clippy" "$log/gpusim.log" "$scratch/gs/tests/gpusim" gpusim
+# --- layers
+bad=$(grep -nE 'crate::client|super::super::client|\bclient::' rust/kapi/*.rs | grep -vE '^[^:]+:[0-9]+:\s*//')
+if [ -z "$bad" ]; then
+	ok "layers: rust/kapi/ never names the driver (crate::client)"
+else
+	notok "layers: rust/kapi/ names the driver:"
+	printf '%s\n' "$bad" | sed 's/^/#   /' | head -n 10
+fi
+drv=(rust/peermem.rs rust/client/*.rs)
+bad=$(grep -nE '\bkapi::raw\b|bindings::|extern "C"|unsafe impl|unsafe fn|include!' "${drv[@]}" | grep -vE '^[^:]+:[0-9]+:\s*//')
+# Each `unsafe {` of the driver: a `// SAFETY:` comment in the 8 lines before.
+miss=$(awk 'FNR == 1 { n = 0 } /\/\/ SAFETY:/ { last = FNR } /unsafe \{/ && !(last && FNR - last <= 8) { print FILENAME ":" FNR ": unsafe block without // SAFETY:" }' "${drv[@]}")
+if [ -z "$bad$miss" ]; then
+	ok "layers: the driver has no raw code and justifies each unsafe call ($(cat "${drv[@]}" | grep -c 'unsafe {') unsafe block(s))"
+else
+	notok "layers: raw code or unjustified unsafe in the driver:"
+	printf '%s\n%s\n' "$bad" "$miss" | sed '/^$/d; s/^/#   /' | head -n 10
+fi
 [ "$fails" = 0 ]

@@ -5,11 +5,11 @@
 //! The parameters themselves (names, defaults, descriptions shown by
 //! `modinfo`) are declared in `rust/helpers.c`.
 
-use crate::ffi;
+use crate::kapi::{module_param, peer_mem};
 use kernel::prelude::*;
 
 /// Longest client name the peer-memory ABI holds (its `name[]` keeps a NUL).
-pub(crate) const PEER_NAME_MAX: usize = ffi::PEER_NAME_CAPACITY - 1;
+pub(crate) const PEER_NAME_MAX: usize = peer_mem::PEER_NAME_CAPACITY - 1;
 
 /// What the non-invalidating client's name adds to `peer_name`, as
 /// nvidia-peermem names its clients `nv_mem` and `nv_mem_nc`.
@@ -93,8 +93,8 @@ impl Params {
     /// Reads and checks the parameters given at load; `EINVAL` (and a
     /// message saying which and why) if one is unusable.
     pub(crate) fn from_module() -> Result<Self> {
-        let invalidating = ffi::param_enable_invalidate();
-        let nc = ffi::param_enable_nc();
+        let invalidating = module_param::enable_invalidate();
+        let nc = module_param::enable_nc();
         if !invalidating && !nc {
             pr_err!("enable_invalidate=0 and enable_nc=0 leave no peer-memory client to register; load peermem with at least one of them on\n");
             return Err(EINVAL);
@@ -105,7 +105,7 @@ impl Params {
         } else {
             PEER_NAME_MAX
         };
-        let raw = ffi::param_peer_name();
+        let raw = module_param::peer_name();
         let peer_name = match check_peer_name(raw, max) {
             Ok(name) => name,
             Err(e) => {
@@ -135,7 +135,7 @@ impl Params {
             peer_name,
             nc_name,
             invalidating,
-            mmu_notifier: ffi::param_mmu_notifier(),
+            mmu_notifier: module_param::mmu_notifier(),
         })
     }
 }

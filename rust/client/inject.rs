@@ -23,16 +23,16 @@ impl Knob {
         Self(AtomicU32::new(0))
     }
 
-    /// The value's storage, for the debugfs file that reads and writes it.
-    pub(crate) fn as_ptr(&self) -> *mut u32 {
-        self.0.as_ptr()
+    /// The value, for the debugfs file that reads and writes it.
+    pub(crate) fn atomic(&self) -> &AtomicU32 {
+        &self.0
     }
 
     /// Sleeps as long as the knob says (longest: 10 s).
     pub(crate) fn delay(&self) {
         let ms = self.0.load(Ordering::Relaxed).min(10_000);
         if ms != 0 {
-            crate::ffi::msleep(ms);
+            crate::kapi::delay::msleep(ms);
         }
     }
 }

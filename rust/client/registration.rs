@@ -1,109 +1,35 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The peer-memory clients: what peermem does for each callback of the core
-//! and for the GPU driver's free callback. Safe Rust; the raw side is in
-//! `ffi`.
-//!
-//! # Two clients
-//!
-//! peermem registers two clients, as nvidia-peermem does ([`Kind`]): the
-//! invalidating `nv_mem` (`PEER_MEM_INVALIDATE_UNMAPS`; pins with a free
-//! callback, revokes on GPU free and on address changes), which the core
-//! asks first for memory registrations, and the non-invalidating
-//! `nv_mem_nc` (persistent pins, `nvidia_p2p_get_pages_persistent`), the
-//! only one the core asks for umems that cannot be invalidated (queue
-//! buffers, doorbell pages) and the fallback for MRs `nv_mem` declines.
-//! Both share this code; a registration knows its kind, and each kind has
-//! its own counters.
-//!
-//! # One registration
-//!
-//! Each range the core offers and peermem claims is one [`Registration`],
-//! reference counted (`Arc`). References: the core's `client_context`
-//! (from `acquire` to `release`), and, for a non-persistent pin (`nv_mem`), the free
-//! callback's, kept in a registry under an id that is the callback's
-//! `data` ([`ffi::CallbackRef`]). Whoever removes it from the registry
-//! owns it: the free callback, on entry, or `unpin` after a put that
-//! returned 0. Removal is atomic, so this holds whatever the driver's put
-//! returns and whenever its callback runs.
-//!
-//! Its state ([`Phase`]) lives under its own lock:
-//!
-//! ```text
-//!  acquire: New --pin--> Pinned --get_pages (ticket)--> Pinned --dma_map--> Mapped
-//!                                                         ^                  |
-//!                                                         +----dma_unmap-----+
-//!  put_pages/release:  Pinned --> Unpinning --put returned 0, reference taken--> Unpinned
-//!                                     |   (refused, or the callback took the reference)
-//!                                     |            --> CallbackPending --free callback--> Freed
-//!                                     | free callback meanwhile: noted, then --> Freed
-//!  free callback:  Pinned | Mapped --> Freed   (then: invalidate, free the DMA mapping)
-//!  address change: Pinned | Mapped, revoked (then: invalidate, unmap, unpin as put_pages does)
-//! ```
-//!
-//! # Address-space changes
-//!
-//! An `nv_mem` registration also watches its range in the address
-//! space of the process that registered it ([`ffi::AddressWatch`], an mmu
-//! interval notifier). When the process unmaps or moves the range, the
-//! addresses no longer mean the pinned GPU memory: a work item marks the
-//! registration `revoked`, invalidates it through the core like a free
-//! does, then unmaps and unpins it itself (with `PEER_MEM_INVALIDATE_UNMAPS`
-//! the core no longer does). The watch is started in `acquire` before the
-//! pin and stopped in `release` (or when `acquire` declines) before the
-//! core's reference goes; the work item holds its own reference.
-//!
-//! # Locking
-//!
-//! The registration lock is held across `nvidia_p2p_get_pages` (in
-//! `acquire`: an early free callback waits until the object is complete)
-//! and across `nvidia_p2p_dma_map_pages`/`_dma_unmap_pages` (so the page
-//! table cannot be freed under them). It is never held while calling the
-//! core's invalidate (the core waits there for the umem's mapping lock,
-//! held across `get_pages`/`dma_map`, which take this lock) nor across
-//! `nvidia_p2p_put_pages` (the GPU driver may call the free callback, which
-//! takes this lock, with a driver lock held that `put_pages` needs). See
-//! `docs/module.md`.
+//! One registration: its states, and what each callback does to it (see
+//! the module documentation of `crate::client`).
 
-use crate::ffi::{
-    self, AddressWatch, DmaDevice, DmaMapping, ObjectCount, PageTable, SgTable, SgView,
-};
-use crate::inject;
-use crate::range::{coalesce, count_segments, GpuRange, SegmentLimits, GPU_PAGE_SIZE};
-use crate::stats::{Stats, STATS, STATS_NC};
-use crate::sync::{new_condvar, new_lock, CondVar, Lock};
+use super::checks::{check_dma_mapping, check_page_table, map_pci};
+use super::range::{GpuRange, GPU_PAGE_SIZE};
+use super::stats::{Stats, STATS};
+use super::{inject, Kind};
+use crate::kapi::device::DmaDevice;
+use crate::kapi::mmu_notifier::AddressWatch;
+use crate::kapi::nvidia_p2p::{self, MappedTable, PageTable};
+use crate::kapi::object_count::ObjectCount;
+use crate::kapi::peer_mem::Ticket;
+use crate::kapi::print::warn_ratelimited;
+use crate::kapi::scatterlist::{SgTable, SgView};
+use crate::kapi::sync::{new_condvar, new_lock, CondVar, Lock};
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-/// Which of peermem's two peer-memory clients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// `nv_mem`: invalidating (`PEER_MEM_INVALIDATE_UNMAPS`), pins with a
-    /// free callback and watches the address range.
-    Invalidating,
-    /// `nv_mem_nc`: non-invalidating, pins persistently
-    /// (`nvidia_p2p_get_pages_persistent`): no free callback, no watch.
-    Persistent,
-}
-
-impl Kind {
-    /// The client's counters.
-    pub(crate) fn stats(self) -> &'static Stats {
-        match self {
-            Kind::Invalidating => &STATS,
-            Kind::Persistent => &STATS_NC,
-        }
-    }
-}
+/// A page table pinned for a registration (its free callback holds one).
+type Table = PageTable<Registration>;
 
 /// Where a registration is in its life (see the module documentation).
 enum Phase {
     /// Being built by `acquire`, which holds the lock; or its pin failed.
     New,
     /// The GPU pages are pinned.
-    Pinned(PageTable),
+    Pinned(Table),
     /// Pinned and mapped for the core's (PCI) DMA device.
-    Mapped(PageTable, DmaMapping),
+    Mapped(MappedTable<Registration>),
     /// `put_pages`/`release` is giving the page table back, outside the
     /// lock; `callback_ran`: a free callback ran meanwhile.
     Unpinning { callback_ran: bool },
@@ -121,8 +47,9 @@ enum Phase {
 /// What the lock protects.
 struct Inner {
     phase: Phase,
-    /// The core's `core_context` from `get_pages`: names the mapping when invalidating.
-    ticket: Option<u64>,
+    /// The core's ticket from `get_pages`: names the mapping when
+    /// invalidating. Cleared by `release`: no invalidation may start after.
+    ticket: Option<Ticket>,
     /// Our copy of the table `dma_map` filled. Freed by `dma_unmap`, or with
     /// the registration: after an invalidation the core may still be
     /// restoring entries it trimmed (a deregistration racing the free), and
@@ -152,7 +79,7 @@ pub(crate) struct Registration {
     kind: Kind,
     range: GpuRange,
     /// The address-space watch (non-persistent pins in a user process).
-    watch: Option<AddressWatch>,
+    watch: Option<AddressWatch<Registration>>,
     #[pin]
     inner: Lock<Inner>,
     /// Signalled when `inner.invalidating` drops to 0.
@@ -182,36 +109,6 @@ impl Drop for Live {
     }
 }
 
-/// Why a page table or a DMA mapping is not usable.
-fn check_page_table(pt: &PageTable, range: &GpuRange) -> core::result::Result<(), &'static str> {
-    if !ffi::p2p_version_compatible(pt.version(), ffi::P2P_PAGE_TABLE_VERSION) {
-        return Err("its version is incompatible with the one peermem is built for");
-    }
-    if pt.page_size_type() != ffi::P2P_PAGE_SIZE_64KB {
-        return Err("its pages are not 64 KiB");
-    }
-    if pt.entries() != range.page_count() {
-        return Err("its page count does not match the range");
-    }
-    if !pt.pages_present() {
-        return Err("it lacks page entries");
-    }
-    Ok(())
-}
-
-fn check_dma_mapping(m: &DmaMapping, pt: &PageTable) -> core::result::Result<(), &'static str> {
-    if !ffi::p2p_version_compatible(m.version(), ffi::P2P_DMA_MAPPING_VERSION) {
-        return Err("its version is incompatible with the one peermem is built for");
-    }
-    if m.page_size_type() != pt.page_size_type() {
-        return Err("its page size differs from the page table's");
-    }
-    if m.entries() != pt.entries() || m.addresses().count() != pt.entries() as usize {
-        return Err("its address count differs from the page table's");
-    }
-    Ok(())
-}
-
 fn count_unpinned(stats: &Stats, pages: u32) {
     stats.page_tables_unpinned.inc();
     stats.pages_unpinned.add(u64::from(pages));
@@ -230,7 +127,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     let persistent = kind == Kind::Persistent;
     let oom = || {
         stats.errors.inc();
-        ffi::warn_ratelimited(
+        warn_ratelimited(
             c"out of memory in acquire; the registration falls back to the next peer-memory client",
         );
     };
@@ -277,7 +174,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         // watch first: the decline paths below and `release` call
         // `stop_watch` before the core's reference (the last one the
         // notifier does not hold itself) goes.
-        if let Err(e) = unsafe { w.start(&reg, range.addr(), range.len()) } {
+        if let Err(e) = unsafe { w.start(reg.as_arc_borrow(), range.addr(), range.len()) } {
             stats.errors.inc();
             stats.registrations_declined.inc();
             pr_err!(
@@ -294,7 +191,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     // complete object.
     let mut g = reg.inner.lock();
     let callback = (!persistent).then(|| reg.clone());
-    let pt = match ffi::p2p_get_pages(range.aligned_start(), range.aligned_len(), callback, stats) {
+    let pt = match nvidia_p2p::get_pages(range.aligned_start(), range.aligned_len(), callback) {
         Ok(pt) => pt,
         Err(e) => {
             // Not GPU memory (EINVAL), or the driver could not pin it:
@@ -304,7 +201,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
             stats.registrations_declined.inc();
             if e != EINVAL {
                 stats.errors.inc();
-                ffi::warn_ratelimited(c"nvidia_p2p_get_pages failed with an error other than EINVAL; treating the range as not GPU memory");
+                warn_ratelimited(c"nvidia_p2p_get_pages failed with an error other than EINVAL; treating the range as not GPU memory");
             }
             return None;
         }
@@ -338,13 +235,13 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
 
 /// Why `get_pages`/`dma_map` fail on a revoked registration.
 fn revoked_error() -> Error {
-    ffi::warn_ratelimited(c"the process unmapped or moved the GPU memory's address range while it was being registered; the registration fails with EFAULT");
+    warn_ratelimited(c"the process unmapped or moved the GPU memory's address range while it was being registered; the registration fails with EFAULT");
     EFAULT
 }
 
 /// `get_pages`: the pages were pinned in `acquire`; check the range and
 /// remember the core's ticket for invalidations.
-pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: u64) -> Result {
+pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: Ticket) -> Result {
     inject::DELAY_GET_PAGES_MS.delay();
     if addr != reg.range.addr() || size != reg.range.len() {
         reg.stats().errors.inc();
@@ -368,7 +265,7 @@ pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: u64) -
         }
         Phase::Freed => {
             reg.stats().errors.inc();
-            ffi::warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
+            warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
             Err(EFAULT)
         }
         _ => {
@@ -379,41 +276,6 @@ pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: u64) -
             Err(EINVAL)
         }
     }
-}
-
-/// Segment limits for a PCI DMA device: its own (`dma_get_max_seg_size`,
-/// `dma_get_seg_boundary`), as `ib_umem_get` honours them for host memory.
-fn pci_limits(
-    max_seg_size: u32,
-    seg_boundary: u64,
-) -> core::result::Result<SegmentLimits, crate::range::CoalesceError> {
-    SegmentLimits::new(GPU_PAGE_SIZE, max_seg_size, seg_boundary)
-}
-
-/// The entries for the DMA addresses of `m`: contiguous pages coalesced
-/// within the device's segment limits.
-fn map_pci(m: &DmaMapping, max_seg_size: u32, seg_boundary: u64) -> Result<SgTable> {
-    let limits = match pci_limits(max_seg_size, seg_boundary) {
-        Ok(l) => l,
-        Err(_) => {
-            pr_err!(
-                "the DMA device's segment limits (max {:#x} bytes, boundary mask {:#x}) cannot hold a 64 KiB GPU page; refusing the mapping\n",
-                max_seg_size,
-                seg_boundary
-            );
-            return Err(EINVAL);
-        }
-    };
-    let n = count_segments(m.addresses(), &limits).map_err(|_| {
-        pr_err!("the GPU driver's DMA addresses are not 64 KiB aligned; refusing the mapping\n");
-        EINVAL
-    })?;
-    let mut sgt = SgTable::new(n as u32)?;
-    let mut cur = sgt.cursor();
-    for seg in coalesce(m.addresses(), limits) {
-        cur.set_dma(seg.addr, seg.len)?;
-    }
-    Ok(sgt)
 }
 
 /// `dma_map`: map the pinned pages for `dev` and return the table for the core.
@@ -436,31 +298,36 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
             g.phase = other;
             stats.errors.inc();
             if freed {
-                ffi::warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
+                warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
                 return Err(EFAULT);
             }
             pr_err!("dma_map without get_pages, or twice; refusing (a peer-memory core bug)\n");
             return Err(EINVAL);
         }
     };
-    let mapped = match dev {
+    // Each arm ends with the table back in a phase: mapped, or pinned.
+    let result = match dev {
         None => {
-            ffi::report_no_dma_device();
-            Err(EINVAL)
+            report_no_dma_device();
+            Err((pt, EINVAL))
+        }
+        Some(DmaDevice::Other(dev)) => {
+            dev.report();
+            Err((pt, EINVAL))
         }
         Some(DmaDevice::Pci {
             pdev,
             max_seg_size,
             seg_boundary,
-        }) => match DmaMapping::map(pdev, &pt) {
-            Err(e) => {
-                ffi::warn_ratelimited(
+        }) => match pt.dma_map(pdev) {
+            Err((pt, e)) => {
+                warn_ratelimited(
                     c"nvidia_p2p_dma_map_pages failed; the registration fails with its error",
                 );
-                Err(e)
+                Err((pt, e))
             }
             Ok(m) => {
-                let checked = check_dma_mapping(&m, &pt).map_err(|why| {
+                let checked = check_dma_mapping(&m).map_err(|why| {
                     pr_err!(
                         "the GPU driver's DMA mapping is unusable: {}; refusing it\n",
                         why
@@ -470,30 +337,29 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
                 match checked.and_then(|()| map_pci(&m, *max_seg_size, *seg_boundary)) {
                     Ok(sgt) => Ok((sgt, m)),
                     Err(e) => {
-                        if let Err(ue) = m.unmap(&pt) {
+                        let (pt, res) = m.unmap();
+                        if let Err(ue) = res {
                             pr_err!("nvidia_p2p_dma_unmap_pages failed ({}) undoing a refused mapping\n", ue.to_errno());
                         }
-                        Err(e)
+                        Err((pt, e))
                     }
                 }
             }
         },
-        Some(DmaDevice::Other(dev)) => {
-            dev.report();
-            Err(EINVAL)
-        }
     };
-    match mapped {
-        Ok((sgt, mapping)) => {
+    match result {
+        Ok((sgt, mapped)) => {
             stats.dma_maps.inc();
-            stats.sg_entries_uncoalesced.add(u64::from(pt.entries()));
+            stats
+                .sg_entries_uncoalesced
+                .add(u64::from(mapped.table().entries()));
             stats.sg_entries_coalesced.add(u64::from(sgt.nents()));
             let view = sgt.view();
             g.sgt = Some(sgt);
-            g.phase = Phase::Mapped(pt, mapping);
+            g.phase = Phase::Mapped(mapped);
             Ok(view)
         }
-        Err(e) => {
+        Err((pt, e)) => {
             stats.errors.inc();
             g.phase = Phase::Pinned(pt);
             Err(e)
@@ -501,13 +367,25 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
     }
 }
 
+/// Set once `dma_map` was called without a DMA device (see [`report_no_dma_device`]).
+static NO_DMA_DEVICE_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Logs, once per load, that the core asked for a mapping without a DMA device.
+fn report_no_dma_device() {
+    if !NO_DMA_DEVICE_REPORTED.swap(true, Ordering::Relaxed) {
+        pr_err!("dma_map without a DMA device (NULL): the RDMA driver or the peer-memory core gives peermem no PCI device to map GPU memory for, and GPU peer-to-peer DMA needs one (a hardware RDMA adapter); every such registration on GPU memory fails with EINVAL (reported once)\n");
+    }
+}
+
 /// Undoes a mapping (registration lock held by the caller); the page table stays pinned.
-fn unmap_locked(stats: &Stats, pt: &PageTable, mapping: DmaMapping) {
-    if let Err(e) = mapping.unmap(pt) {
+fn unmap_locked(stats: &Stats, mapped: MappedTable<Registration>) -> Table {
+    let (pt, res) = mapped.unmap();
+    if let Err(e) = res {
         stats.errors.inc();
         pr_err!("nvidia_p2p_dma_unmap_pages failed ({})\n", e.to_errno());
     }
     stats.dma_unmaps.inc();
+    pt
 }
 
 /// `dma_unmap`: undo `dma_map` (if the free callback did not already) and
@@ -586,7 +464,7 @@ pub(crate) fn gpu_freed_after_put() {
 pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     let stats = reg.stats();
     stats.free_callbacks.inc();
-    let (ticket, mapping) = {
+    let (ticket, mapped) = {
         let mut g = reg.inner.lock();
         match core::mem::replace(&mut g.phase, Phase::Freed) {
             Phase::Pinned(pt) => {
@@ -594,10 +472,11 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
                 pt.give_to_driver();
                 (g.begin_invalidate(), None)
             }
-            Phase::Mapped(pt, mapping) => {
-                count_unpinned(stats, pt.entries());
-                pt.give_to_driver();
-                (g.begin_invalidate(), Some(mapping))
+            Phase::Mapped(mapped) => {
+                count_unpinned(stats, mapped.table().entries());
+                // Given to the driver after the core's invalidate, below:
+                // the table is valid until this callback returns.
+                (g.begin_invalidate(), Some(mapped))
             }
             Phase::Unpinning { .. } => {
                 // put_pages is giving the table back right now; it will see this.
@@ -623,14 +502,20 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     // mapping afterwards.
     if let Some(ticket) = ticket {
         inject::DELAY_INVALIDATE_MS.delay();
-        if ffi::core_invalidate(ticket).is_some() {
+        // SAFETY: `begin_invalidate` counted this call in `invalidating`;
+        // `release` waits until none runs and clears the ticket in the
+        // same critical section, so the core has not released the
+        // registration and does not until `end_invalidate`. No lock held.
+        if unsafe { ticket.invalidate() }.is_some() {
             stats.invalidations_gpu_free.inc();
         }
         reg.end_invalidate();
     }
-    if let Some(mapping) = mapping {
-        // The driver unmaps it with the page table once this returns.
-        mapping.free_in_callback();
+    if let Some(mapped) = mapped {
+        // SAFETY: this is the free callback of the pin whose table this is
+        // (the registry entry that led here names this registration, which
+        // holds one pin), and it has not returned.
+        unsafe { mapped.give_to_driver() };
         stats.dma_unmaps.inc();
     }
     inject::DELAY_FREE_CALLBACK_MS.delay();
@@ -655,7 +540,9 @@ pub(crate) fn address_changed(reg: Arc<Registration>) {
     reg.stats().address_changes.inc();
     // Without a ticket the core has not called get_pages yet; it will fail.
     if let Some(ticket) = ticket {
-        if ffi::core_invalidate(ticket).is_some() {
+        // SAFETY: as in `gpu_freed`: counted in `invalidating`, which
+        // `release` waits on; no lock held.
+        if unsafe { ticket.invalidate() }.is_some() {
             reg.stats().invalidations_mmu_notifier.inc();
         }
         reg.end_invalidate();
@@ -677,9 +564,8 @@ impl Inner {
     /// `Mapped → Pinned`, undoing the mapping; any other phase stays.
     fn unmap(&mut self, stats: &Stats) {
         match core::mem::replace(&mut self.phase, Phase::New) {
-            Phase::Mapped(pt, mapping) => {
-                unmap_locked(stats, &pt, mapping);
-                self.phase = Phase::Pinned(pt);
+            Phase::Mapped(mapped) => {
+                self.phase = Phase::Pinned(unmap_locked(stats, mapped));
             }
             other => self.phase = other,
         }
@@ -687,7 +573,7 @@ impl Inner {
 
     /// The ticket to invalidate, if the core gave one; counts the call as
     /// running until [`Registration::end_invalidate`].
-    fn begin_invalidate(&mut self) -> Option<u64> {
+    fn begin_invalidate(&mut self) -> Option<Ticket> {
         if self.ticket.is_some() {
             self.invalidating += 1;
         }
@@ -734,11 +620,10 @@ impl Registration {
                 },
             ) {
                 Phase::Pinned(pt) => pt,
-                Phase::Mapped(pt, mapping) => {
+                Phase::Mapped(mapped) => {
                     self.stats().errors.inc();
                     pr_err!("put_pages or release before dma_unmap; unmapping first (a peer-memory core bug)\n");
-                    unmap_locked(self.stats(), &pt, mapping);
-                    pt
+                    unmap_locked(self.stats(), mapped)
                 }
                 other => {
                     g.phase = other;
@@ -800,91 +685,5 @@ impl Registration {
         }
         // Last, outside the lock (the caller holds a reference too).
         drop(taken);
-    }
-}
-
-#[cfg(peermem_kunit)]
-#[::kernel::macros::kunit_tests(peermem_client)]
-mod tests {
-    use super::*;
-
-    const P: u64 = GPU_PAGE_SIZE;
-
-    /// Pages of an allocation made of `runs` physically contiguous runs of
-    /// `run_pages` pages each, runs far apart (what gpusim's contiguity knob makes).
-    fn alloc_pages(runs: u64, run_pages: u64) -> impl Iterator<Item = u64> + Clone {
-        (0..runs * run_pages)
-            .map(move |i| 0x1_0000_0000 * (1 + i / run_pages) + (i % run_pages) * P)
-    }
-
-    #[test]
-    fn pci_entries_coalesce_contiguous_runs() -> Result {
-        // A device with a large segment limit (mlx5: 2 GiB, 4 GiB boundary).
-        let l = pci_limits(0x8000_0000, 0xffff_ffff)?;
-        // 16 contiguous pages: one entry.
-        assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(1));
-        // 64 KiB contiguity: one entry per page, nothing to merge.
-        assert_eq!(count_segments(alloc_pages(16, 1), &l), Ok(16));
-        // 256 KiB runs (far apart, but each run below 4 GiB boundaries
-        // of its own): 4 entries of 4 pages.
-        assert_eq!(count_segments(alloc_pages(4, 4), &l), Ok(4));
-        let mut n = 0;
-        for s in coalesce(alloc_pages(4, 4), l) {
-            assert_eq!(u64::from(s.len), 4 * P);
-            assert_eq!(s.addr, 0x1_0000_0000 * (n + 1));
-            n += 1;
-        }
-        assert_eq!(n, 4);
-        Ok(())
-    }
-
-    #[test]
-    fn pci_entry_length_fits_the_scatterlist() -> Result {
-        // A device without limits (max segment u32::MAX, no boundary):
-        // 65536 contiguous pages (4 GiB) need 2 entries of at most 4 GiB - 64 KiB.
-        let l = pci_limits(u32::MAX, u64::MAX)?;
-        assert_eq!(count_segments((0..65536u64).map(|i| i * P), &l), Ok(2));
-        Ok(())
-    }
-
-    #[test]
-    fn kinds_have_their_own_counters() {
-        assert!(!core::ptr::eq(
-            Kind::Invalidating.stats(),
-            Kind::Persistent.stats()
-        ));
-        assert!(core::ptr::eq(Kind::Invalidating.stats(), &STATS));
-        assert!(core::ptr::eq(Kind::Persistent.stats(), &STATS_NC));
-    }
-
-    #[test]
-    fn pci_entries_honour_the_device_limits() -> Result {
-        // The PCI core's defaults (64 KiB segments, 4 GiB boundary): no merging.
-        let l = pci_limits(0x10000, 0xffff_ffff)?;
-        assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(16));
-        // An RDMA adapter that raised its limit (mlx5: 2 GiB): one entry.
-        let l = pci_limits(0x8000_0000, 0xffff_ffff)?;
-        assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(1));
-        // A run straddling the 4 GiB boundary splits there.
-        let pages = (0..8u64).map(|i| 0xffff_0000 - 2 * P + i * P);
-        assert_eq!(count_segments(pages, &l), Ok(2));
-        // Limits below one GPU page cannot map it.
-        assert!(pci_limits(0x8000, u64::MAX).is_err());
-        Ok(())
-    }
-
-    #[test]
-    fn p2p_versions_follow_nvidias_rule() {
-        let want = ffi::P2P_PAGE_TABLE_VERSION;
-        assert!(ffi::p2p_version_compatible(want, want));
-        // A newer minor is fine, an older one or another major is not.
-        assert!(ffi::p2p_version_compatible(want + 1, want));
-        assert!(!ffi::p2p_version_compatible(want - 1, want));
-        assert!(!ffi::p2p_version_compatible(want + 0x1_0000, want));
-        assert!(!ffi::p2p_version_compatible(want - 0x1_0000, want));
-        assert!(!ffi::p2p_version_compatible(0, want));
-        let dma = ffi::P2P_DMA_MAPPING_VERSION;
-        assert!(ffi::p2p_version_compatible(dma, dma));
-        assert!(!ffi::p2p_version_compatible(want, dma));
     }
 }

@@ -40,6 +40,11 @@ impl Counter {
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// The value, for the debugfs file that shows it.
+    pub(crate) fn atomic(&self) -> &AtomicU64 {
+        &self.0
+    }
 }
 
 /// Turns an identifier into a `&'static CStr` at compile time.

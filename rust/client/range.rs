@@ -44,7 +44,7 @@ impl From<RangeError> for Error {
     fn from(e: RangeError) -> Error {
         match e {
             RangeError::Empty => code::EINVAL,
-            RangeError::Wraps => crate::ffi::eoverflow(),
+            RangeError::Wraps => crate::kapi::eoverflow(),
             RangeError::TooLarge => code::E2BIG,
         }
     }

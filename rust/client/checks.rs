@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Checks of what the GPU driver hands out, and the scatter-gather table
+//! made from a checked DMA mapping (contiguous pages coalesced within the
+//! DMA device's segment limits).
+
+use super::range::{
+    coalesce, count_segments, CoalesceError, GpuRange, SegmentLimits, GPU_PAGE_SIZE,
+};
+use super::Registration;
+use crate::kapi::nvidia_p2p::{
+    version_compatible, MappedTable, PageTable, DMA_MAPPING_VERSION, PAGE_SIZE_64KB,
+    PAGE_TABLE_VERSION,
+};
+use crate::kapi::scatterlist::SgTable;
+use kernel::prelude::*;
+
+/// A page table pinned for a registration.
+type Table = PageTable<Registration>;
+
+/// Why a page table or a DMA mapping is not usable.
+pub(super) fn check_page_table(
+    pt: &Table,
+    range: &GpuRange,
+) -> core::result::Result<(), &'static str> {
+    if !version_compatible(pt.version(), PAGE_TABLE_VERSION) {
+        return Err("its version is incompatible with the one peermem is built for");
+    }
+    if pt.page_size_type() != PAGE_SIZE_64KB {
+        return Err("its pages are not 64 KiB");
+    }
+    if pt.entries() != range.page_count() {
+        return Err("its page count does not match the range");
+    }
+    if !pt.pages_present() {
+        return Err("it lacks page entries");
+    }
+    Ok(())
+}
+
+pub(super) fn check_dma_mapping(
+    m: &MappedTable<Registration>,
+) -> core::result::Result<(), &'static str> {
+    let pt = m.table();
+    if !version_compatible(m.version(), DMA_MAPPING_VERSION) {
+        return Err("its version is incompatible with the one peermem is built for");
+    }
+    if m.page_size_type() != pt.page_size_type() {
+        return Err("its page size differs from the page table's");
+    }
+    if m.entries() != pt.entries() || m.addresses().count() != pt.entries() as usize {
+        return Err("its address count differs from the page table's");
+    }
+    Ok(())
+}
+
+/// Segment limits for a PCI DMA device: its own (`dma_get_max_seg_size`,
+/// `dma_get_seg_boundary`), as `ib_umem_get` honours them for host memory.
+fn pci_limits(
+    max_seg_size: u32,
+    seg_boundary: u64,
+) -> core::result::Result<SegmentLimits, CoalesceError> {
+    SegmentLimits::new(GPU_PAGE_SIZE, max_seg_size, seg_boundary)
+}
+
+/// The entries for the DMA addresses of `m`: contiguous pages coalesced
+/// within the device's segment limits.
+pub(super) fn map_pci(
+    m: &MappedTable<Registration>,
+    max_seg_size: u32,
+    seg_boundary: u64,
+) -> Result<SgTable> {
+    let limits = match pci_limits(max_seg_size, seg_boundary) {
+        Ok(l) => l,
+        Err(_) => {
+            pr_err!(
+                "the DMA device's segment limits (max {:#x} bytes, boundary mask {:#x}) cannot hold a 64 KiB GPU page; refusing the mapping\n",
+                max_seg_size,
+                seg_boundary
+            );
+            return Err(EINVAL);
+        }
+    };
+    let n = count_segments(m.addresses(), &limits).map_err(|_| {
+        pr_err!("the GPU driver's DMA addresses are not 64 KiB aligned; refusing the mapping\n");
+        EINVAL
+    })?;
+    let mut sgt = SgTable::new(n as u32)?;
+    let mut cur = sgt.cursor();
+    for seg in coalesce(m.addresses(), limits) {
+        cur.set_dma(seg.addr, seg.len)?;
+    }
+    Ok(sgt)
+}
+
+#[cfg(peermem_kunit)]
+#[::kernel::macros::kunit_tests(peermem_client)]
+mod tests {
+    use super::*;
+
+    const P: u64 = GPU_PAGE_SIZE;
+
+    /// Pages of an allocation made of `runs` physically contiguous runs of
+    /// `run_pages` pages each, runs far apart (what gpusim's contiguity knob makes).
+    fn alloc_pages(runs: u64, run_pages: u64) -> impl Iterator<Item = u64> + Clone {
+        (0..runs * run_pages)
+            .map(move |i| 0x1_0000_0000 * (1 + i / run_pages) + (i % run_pages) * P)
+    }
+
+    #[test]
+    fn pci_entries_coalesce_contiguous_runs() -> Result {
+        // A device with a large segment limit (mlx5: 2 GiB, 4 GiB boundary).
+        let l = pci_limits(0x8000_0000, 0xffff_ffff)?;
+        // 16 contiguous pages: one entry.
+        assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(1));
+        // 64 KiB contiguity: one entry per page, nothing to merge.
+        assert_eq!(count_segments(alloc_pages(16, 1), &l), Ok(16));
+        // 256 KiB runs (far apart, but each run below 4 GiB boundaries
+        // of its own): 4 entries of 4 pages.
+        assert_eq!(count_segments(alloc_pages(4, 4), &l), Ok(4));
+        let mut n = 0;
+        for s in coalesce(alloc_pages(4, 4), l) {
+            assert_eq!(u64::from(s.len), 4 * P);
+            assert_eq!(s.addr, 0x1_0000_0000 * (n + 1));
+            n += 1;
+        }
+        assert_eq!(n, 4);
+        Ok(())
+    }
+
+    #[test]
+    fn pci_entry_length_fits_the_scatterlist() -> Result {
+        // A device without limits (max segment u32::MAX, no boundary):
+        // 65536 contiguous pages (4 GiB) need 2 entries of at most 4 GiB - 64 KiB.
+        let l = pci_limits(u32::MAX, u64::MAX)?;
+        assert_eq!(count_segments((0..65536u64).map(|i| i * P), &l), Ok(2));
+        Ok(())
+    }
+
+    #[test]
+    fn pci_entries_honour_the_device_limits() -> Result {
+        // The PCI core's defaults (64 KiB segments, 4 GiB boundary): no merging.
+        let l = pci_limits(0x10000, 0xffff_ffff)?;
+        assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(16));
+        // An RDMA adapter that raised its limit (mlx5: 2 GiB): one entry.
+        let l = pci_limits(0x8000_0000, 0xffff_ffff)?;
+        assert_eq!(count_segments(alloc_pages(1, 16), &l), Ok(1));
+        // A run straddling the 4 GiB boundary splits there.
+        let pages = (0..8u64).map(|i| 0xffff_0000 - 2 * P + i * P);
+        assert_eq!(count_segments(pages, &l), Ok(2));
+        // Limits below one GPU page cannot map it.
+        assert!(pci_limits(0x8000, u64::MAX).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn p2p_versions_follow_nvidias_rule() {
+        let want = PAGE_TABLE_VERSION;
+        assert!(version_compatible(want, want));
+        // A newer minor is fine, an older one or another major is not.
+        assert!(version_compatible(want + 1, want));
+        assert!(!version_compatible(want - 1, want));
+        assert!(!version_compatible(want + 0x1_0000, want));
+        assert!(!version_compatible(want - 0x1_0000, want));
+        assert!(!version_compatible(0, want));
+        let dma = DMA_MAPPING_VERSION;
+        assert!(version_compatible(dma, dma));
+        assert!(!version_compatible(want, dma));
+    }
+}

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The driver: peermem's two peer-memory clients, what they do for each
+//! callback of the core, for the GPU driver's free callback and for an
+//! address-space change. It stands on the abstractions in `crate::kapi`
+//! and holds no raw code: its only `unsafe` blocks call their `unsafe fn`s,
+//! each saying how the obligation is met.
+//!
+//! # Two clients
+//!
+//! peermem registers two clients, as nvidia-peermem does ([`Kind`]): the
+//! invalidating `nv_mem` (`PEER_MEM_INVALIDATE_UNMAPS`; pins with a free
+//! callback, revokes on GPU free and on address changes), which the core
+//! asks first for memory registrations, and the non-invalidating
+//! `nv_mem_nc` (persistent pins, `nvidia_p2p_get_pages_persistent`), the
+//! only one the core asks for umems that cannot be invalidated (queue
+//! buffers, doorbell pages) and the fallback for MRs `nv_mem` declines.
+//! Both share this code; a registration knows its kind, and each kind has
+//! its own counters.
+//!
+//! # One registration
+//!
+//! Each range the core offers and peermem claims is one [`Registration`],
+//! reference counted (`Arc`). References: the core's `client_context`
+//! (from `acquire` to `release`), and, for a non-persistent pin (`nv_mem`), the free
+//! callback's, kept in a registry under an id that is the callback's
+//! `data` ([`crate::kapi::cbref`]). Whoever removes it from the registry
+//! owns it: the free callback, on entry, or `unpin` after a put that
+//! returned 0. Removal is atomic, so this holds whatever the driver's put
+//! returns and whenever its callback runs.
+//!
+//! Its state ([`Phase`]) lives under its own lock:
+//!
+//! ```text
+//!  acquire: New --pin--> Pinned --get_pages (ticket)--> Pinned --dma_map--> Mapped
+//!                                                         ^                  |
+//!                                                         +----dma_unmap-----+
+//!  put_pages/release:  Pinned --> Unpinning --put returned 0, reference taken--> Unpinned
+//!                                     |   (refused, or the callback took the reference)
+//!                                     |            --> CallbackPending --free callback--> Freed
+//!                                     | free callback meanwhile: noted, then --> Freed
+//!  free callback:  Pinned | Mapped --> Freed   (then: invalidate, free the DMA mapping)
+//!  address change: Pinned | Mapped, revoked (then: invalidate, unmap, unpin as put_pages does)
+//! ```
+//!
+//! # Address-space changes
+//!
+//! An `nv_mem` registration also watches its range in the address
+//! space of the process that registered it ([`crate::kapi::mmu_notifier::AddressWatch`],
+//! an mmu interval notifier). When the process unmaps or moves the range, the
+//! addresses no longer mean the pinned GPU memory: a work item marks the
+//! registration `revoked`, invalidates it through the core like a free
+//! does, then unmaps and unpins it itself (with `PEER_MEM_INVALIDATE_UNMAPS`
+//! the core no longer does). The watch is started in `acquire` before the
+//! pin and stopped in `release` (or when `acquire` declines) before the
+//! core's reference goes; the work item holds its own reference.
+//!
+//! # Locking
+//!
+//! The registration lock is held across `nvidia_p2p_get_pages` (in
+//! `acquire`: an early free callback waits until the object is complete)
+//! and across `nvidia_p2p_dma_map_pages`/`_dma_unmap_pages` (so the page
+//! table cannot be freed under them). It is never held while calling the
+//! core's invalidate (the core waits there for the umem's mapping lock,
+//! held across `get_pages`/`dma_map`, which take this lock) nor across
+//! `nvidia_p2p_put_pages` (the GPU driver may call the free callback, which
+//! takes this lock, with a driver lock held that `put_pages` needs). See
+//! `docs/module.md`.
+
+use crate::kapi::device::DmaDevice;
+use crate::kapi::mmu_notifier::AddressChange;
+use crate::kapi::nvidia_p2p::FreeCallback;
+use crate::kapi::peer_mem::{ClientSlot, Invalidation, PeerMemoryClient, Ticket};
+use crate::kapi::scatterlist::SgView;
+use kernel::prelude::*;
+use kernel::sync::{Arc, ArcBorrow};
+
+mod checks;
+pub(crate) mod inject;
+pub(crate) mod params;
+pub(crate) mod range;
+mod registration;
+pub(crate) mod stats;
+
+pub(crate) use registration::Registration;
+use stats::{Stats, STATS, STATS_NC};
+
+/// Which of peermem's two peer-memory clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `nv_mem`: invalidating (`PEER_MEM_INVALIDATE_UNMAPS`), pins with a
+    /// free callback and watches the address range.
+    Invalidating,
+    /// `nv_mem_nc`: non-invalidating, pins persistently
+    /// (`nvidia_p2p_get_pages_persistent`): no free callback, no watch.
+    Persistent,
+}
+
+impl Kind {
+    /// The client's counters.
+    pub(crate) fn stats(self) -> &'static Stats {
+        match self {
+            Kind::Invalidating => &STATS,
+            Kind::Persistent => &STATS_NC,
+        }
+    }
+}
+
+/// The invalidating client, `nv_mem`.
+pub(crate) struct NvMem;
+
+/// The non-invalidating client, `nv_mem_nc`.
+pub(crate) struct NvMemNc;
+
+/// The callbacks both clients share; `KIND` says whose counters and pins.
+macro_rules! peer_client {
+    ($client:ty, $kind:expr, $invalidation:expr) => {
+        impl PeerMemoryClient for $client {
+            type Registration = Registration;
+            const INVALIDATION: Invalidation = $invalidation;
+
+            fn slot() -> &'static ClientSlot {
+                static SLOT: ClientSlot = ClientSlot::new();
+                &SLOT
+            }
+
+            fn acquire(addr: u64, size: u64) -> Option<Arc<Registration>> {
+                registration::acquire($kind, addr, size)
+            }
+
+            fn get_pages(
+                reg: ArcBorrow<'_, Registration>,
+                addr: u64,
+                size: u64,
+                ticket: Ticket,
+            ) -> Result {
+                registration::get_pages(&reg, addr, size, ticket)
+            }
+
+            fn dma_map(
+                reg: ArcBorrow<'_, Registration>,
+                dev: Option<&DmaDevice<'_>>,
+            ) -> Result<SgView> {
+                registration::dma_map(&reg, dev)
+            }
+
+            fn dma_unmap(reg: ArcBorrow<'_, Registration>, sgl: usize) {
+                registration::dma_unmap(&reg, sgl)
+            }
+
+            fn put_pages(reg: ArcBorrow<'_, Registration>) {
+                registration::put_pages(&reg)
+            }
+
+            fn page_size(reg: ArcBorrow<'_, Registration>) -> u64 {
+                registration::page_size(&reg)
+            }
+
+            fn release(reg: Arc<Registration>) {
+                registration::release(reg)
+            }
+        }
+    };
+}
+
+peer_client!(NvMem, Kind::Invalidating, Invalidation::Unmaps);
+peer_client!(NvMemNc, Kind::Persistent, Invalidation::None);
+
+impl FreeCallback for Registration {
+    fn freed(this: Arc<Self>) {
+        registration::gpu_freed(this)
+    }
+
+    fn freed_after_put() {
+        registration::gpu_freed_after_put()
+    }
+}
+
+impl AddressChange for Registration {
+    fn changed(this: Arc<Self>) {
+        registration::address_changed(this)
+    }
+}
+
+#[cfg(peermem_kunit)]
+#[::kernel::macros::kunit_tests(peermem_kinds)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_have_their_own_counters() {
+        assert!(!core::ptr::eq(
+            Kind::Invalidating.stats(),
+            Kind::Persistent.stats()
+        ));
+        assert!(core::ptr::eq(Kind::Invalidating.stats(), &STATS));
+        assert!(core::ptr::eq(Kind::Persistent.stats(), &STATS_NC));
+    }
+}

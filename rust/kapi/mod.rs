@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Safe abstractions over the C interfaces peermem uses, one module per
+//! concept. Every `unsafe` block of the crate that touches C is here.
+//!
+//! The rule (`docs/architecture.md`): these modules never name the driver
+//! (`crate::client`): not its registration type, its counters or its test
+//! knobs. What the driver supplies comes in through traits
+//! ([`peer_mem::PeerMemoryClient`], [`nvidia_p2p::FreeCallback`],
+//! [`mmu_notifier::AddressChange`]) whose C callbacks are generic
+//! trampolines here, in the style of `kernel::block::mq::OperationsVTable`.
+//! Obligations a caller must meet are `unsafe fn`s with a `# Safety`
+//! section.
+//!
+//! The raw side is one boundary: `ffi_generated.rs`, written by
+//! `scripts/bindgen.sh` during the build from `include/peermem_ffi.h` (our
+//! ABI headers and the prototypes of the C glue in `rust/helpers.c`). The
+//! C glue covers kernel interfaces whose Rust abstractions differ between
+//! the kernels peermem supports (6.12 LTS and 7.x). Each module names its
+//! upstream counterpart, so it can be replaced by the kernel crate's once
+//! 6.12 support is dropped:
+//!
+//! | module           | concept                                   | upstream counterpart |
+//! |------------------|-------------------------------------------|----------------------|
+//! | [`peer_mem`]     | peer-memory core client (OFED)            | none (OFED `peer_mem.h`) |
+//! | [`nvidia_p2p`]   | pinned page table and its DMA mapping     | none (NVIDIA `nv-p2p.h`) |
+//! | [`cbref`]        | registry of free-callback references      | `kernel::xarray` (6.14) |
+//! | [`device`]       | DMA device, PCI device                    | `kernel::device`, `kernel::pci` |
+//! | [`scatterlist`]  | scatter-gather tables                     | `kernel::scatterlist` (6.18) |
+//! | [`mmu_notifier`] | address-range watches                     | none yet (`mmu_interval_notifier`) |
+//! | [`debugfs`]      | counter and knob files                    | `kernel::debugfs` (6.18) |
+//! | [`object_count`] | live objects module unload waits for      | none |
+//! | [`module_param`] | module parameters                         | `kernel::module_param` (6.18) |
+//! | [`delay`], [`print`] | `msleep`, rate-limited messages       | `kernel::time::delay`, none |
+//! | [`sync`]         | lock and condition variable               | `kernel::sync` |
+
+use core::ffi::CStr;
+use kernel::error::{to_result, Error, Result};
+
+pub(crate) mod cbref;
+pub(crate) mod debugfs;
+pub(crate) mod delay;
+pub(crate) mod device;
+pub(crate) mod mmu_notifier;
+pub(crate) mod module_param;
+pub(crate) mod nvidia_p2p;
+pub(crate) mod object_count;
+pub(crate) mod peer_mem;
+pub(crate) mod print;
+pub(crate) mod scatterlist;
+pub(crate) mod sync;
+
+#[allow(
+    clippy::all,
+    dead_code,
+    improper_ctypes,
+    missing_docs,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn
+)]
+#[allow(
+    clippy::undocumented_unsafe_blocks,
+    clippy::ptr_as_ptr,
+    clippy::ref_as_ptr
+)]
+mod raw {
+    include!("../ffi_generated.rs");
+}
+
+// The C types of the generated bindings: the kernel's `ffi` crate from 6.13
+// on (c_char is u8, c_ulong usize), `core::ffi` before.
+#[cfg(not(peermem_ffi_crate))]
+use core::ffi::{c_char, c_int, c_ulong, c_void};
+#[cfg(peermem_ffi_crate)]
+use kernel::ffi::{c_char, c_int, c_ulong, c_void};
+
+/// peermem's version (`PEERMEM_VERSION` in `include/peermem_ffi.h`).
+pub(crate) const VERSION: &str = {
+    let Ok(v) = CStr::from_bytes_with_nul(raw::PEERMEM_VERSION) else {
+        panic!("PEERMEM_VERSION is a C string");
+    };
+    let Ok(v) = core::str::from_utf8(v.to_bytes()) else {
+        panic!("PEERMEM_VERSION is ASCII");
+    };
+    v
+};
+
+/// `EOVERFLOW`, which the kernel crate of 6.12 does not name.
+pub(crate) fn eoverflow() -> Error {
+    Error::from_errno(-(kernel::bindings::EOVERFLOW as i32))
+}
+
+/// The errno of a C return value (`0` or `-errno`).
+fn result_of(ret: c_int) -> Result {
+    to_result(ret)
+}
