@@ -16,7 +16,7 @@
 /*
  * peermem (the module under test, ./peermem.ko) with its defaults: core
  * name nv_mem (the one NCCL looks for), invalidating. It links to gpusim's
- * nvidia_p2p_* directly. Its counters (rust/stats.rs) are monotonic pairs:
+ * nvidia_p2p_* directly. Its counters (rust/client/stats.rs) are monotonic pairs:
  * per MR one claimed range, one registration object, one page table
  * pinned with every GPU page of the range, one DMA mapping (rxe: CPU
  * pages, no IOMMU).
