@@ -96,6 +96,8 @@ pub(super) fn map_pci(
 #[cfg(peermem_kunit)]
 #[::kernel::macros::kunit_tests(peermem_client)]
 mod tests {
+    use super::super::stats::{STATS, STATS_NC};
+    use super::super::Kind;
     use super::*;
 
     const P: u64 = GPU_PAGE_SIZE;
@@ -166,5 +168,15 @@ mod tests {
         let dma = DMA_MAPPING_VERSION;
         assert!(version_compatible(dma, dma));
         assert!(!version_compatible(want, dma));
+    }
+
+    #[test]
+    fn kinds_have_their_own_counters() {
+        assert!(!core::ptr::eq(
+            Kind::Invalidating.stats(),
+            Kind::Persistent.stats()
+        ));
+        assert!(core::ptr::eq(Kind::Invalidating.stats(), &STATS));
+        assert!(core::ptr::eq(Kind::Persistent.stats(), &STATS_NC));
     }
 }

@@ -181,19 +181,3 @@ impl AddressChange for Registration {
         registration::address_changed(this)
     }
 }
-
-#[cfg(peermem_kunit)]
-#[::kernel::macros::kunit_tests(peermem_kinds)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kinds_have_their_own_counters() {
-        assert!(!core::ptr::eq(
-            Kind::Invalidating.stats(),
-            Kind::Persistent.stats()
-        ));
-        assert!(core::ptr::eq(Kind::Invalidating.stats(), &STATS));
-        assert!(core::ptr::eq(Kind::Persistent.stats(), &STATS_NC));
-    }
-}
