@@ -1,23 +1,208 @@
 #!/usr/bin/env bash
-# The benchmarks: what peermem's design buys (registration cost against host
-# memory, GPU pins per registration, RDMA with coalesced scatter entries
-# against one entry per GPU page), as ratios measured within one run in the
-# rig. Sets up and builds like scripts/demo.sh, then boots the rig and runs
-# tests/bench/bench_peermem there. ROUNDS per side (default 20).
+# The benchmarks: peermem against NVIDIA's nvidia-peermem (unmodified) and
+# against the floor (the same GPU range pinned and DMA-mapped directly
+# through nvidia_p2p_get_pages + nvidia_p2p_dma_map_pages by gpusim's test
+# client), measured in one run in the rig, alternating round by round
+# (tests/bench/bench_peermem; docs/benchmarks.md says what each figure is
+# and what the ratios mean and do not mean).
 #
-#   scripts/bench.sh [--skip-setup] [--kdir DIR] [ROUNDS]
+#   scripts/bench.sh [options] [ROUNDS]
+#
+#   --rounds N       rounds (default 10); a bare number means the same
+#   --kernel K       plain (default: the rig kernel without KASAN, lockdep,
+#                    kmemleak, DMA-API debug) or debug (the test kernel)
+#   --kdir DIR       a built rig kernel tree instead of scripts/kernel.sh's
+#   --large-mib N    the largest registration (default 512, >= 64)
+#   --mem SIZE       guest memory (default 3G: the large size, pinned 4
+#                    times over, and the rest)
+#   --src DIR        the peermem checkout to benchmark (default: this one,
+#                    its work tree as it is)
+#   --out DIR        where bench-results.json and bench-latency.png go
+#                    (default docs/bench/, docs/bench/debug/ for --kernel debug)
+#   --profile MIB[,N]  instead of the rounds: for each side, N (default 20)
+#                    registrations of MIB MiB under a system-wide perf
+#                    record in the guest (the host's perf; the rig kernel
+#                    has no ftrace), and the symbols that took the CPU
+#                    (tests/bench/profile-guest.sh); output on stdout and
+#                    in OUT/profile-<MIB>M.txt
+#   --append ARGS    extra guest kernel command line (scripts/vm.sh
+#                    --append), for experiments; recorded in the results
+#   --skip-setup     do not run scripts/setup-host.sh
+#
+# Sets up the host (scripts/setup-host.sh: also python3-matplotlib for the
+# plot), builds the kernel variant if it is missing (scripts/kernel.sh),
+# then copies the sources into $PEERMEM_CACHE/bench/<kernel build>/tree
+# and builds gpusim, its test client, peermem, nvidia-peermem (tests/
+# nvpeermem/build.sh) and the benchmark there: modules belong to one kernel
+# tree, and the copies in the checkout (built for the debug kernel) are
+# left alone. Then boots the rig (scripts/vm.sh) and runs the benchmark.
+# Prints the table and the goals; writes OUT/bench-results.json (every raw
+# sample, the kernel, the commit, the date) and OUT/bench-latency.png.
+# Exits non-zero only if something failed to build or an operation failed
+# (never because of a figure).
 set -euo pipefail
+# Read whole before running (the braces below): a script edited while it
+# runs, or waits for a lock, must not change under the running shell.
 {
-args=()
-rounds=20
+. "$(dirname "$0")/lib.sh"
+cd "$PEERMEM_ROOT"
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+bad() { printf 'peermem: error: %s (see scripts/bench.sh --help)\n' "$*" >&2; exit 2; }
+rounds=10 kernel=plain kdir= large_mib=512 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile=
+need() { [ $# -ge 2 ] && [ -n "$2" ] || bad "$1 needs a value"; }
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--skip-setup) args+=("$1"); shift ;;
-	--kdir) args+=("$1" "${2:-}"); shift 2 || { echo "peermem: --kdir needs a directory" >&2; exit 1; } ;;
-	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*[!0-9]*|'') echo "peermem: unknown argument '$1'; usage: scripts/bench.sh [--skip-setup] [--kdir DIR] [ROUNDS]" >&2; exit 1 ;;
-	*) rounds=$1; shift ;;
+	--rounds) need "$@"; rounds=$2; shift 2 ;;
+	--kernel) need "$@"; kernel=$2; shift 2 ;;
+	--kdir) need "$@"; kdir=$2; shift 2 ;;
+	--large-mib) need "$@"; large_mib=$2; shift 2 ;;
+	--mem) need "$@"; mem=$2; shift 2 ;;
+	--src) need "$@"; src=$2; shift 2 ;;
+	--out) need "$@"; out=$2; shift 2 ;;
+	--append) need "$@"; append+=" $2"; shift 2 ;;
+	--profile) need "$@"; profile=$2; shift 2 ;;
+	--skip-setup) skip_setup=1; shift ;;
+	-h|--help) usage; exit 0 ;;
+	[0-9]*) rounds=$1; shift ;;
+	*) bad "unknown argument '$1'" ;;
 	esac
 done
-exec "$(dirname "$0")/demo.sh" "${args[@]}" --bench "$rounds"
+[[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] && [ "$rounds" -le 1000 ] || bad "--rounds wants 1..1000, got '$rounds'"
+[[ $large_mib =~ ^[0-9]+$ ]] && [ "$large_mib" -ge 64 ] && [ $((large_mib % 2)) = 0 ] ||
+	bad "--large-mib wants an even number of MiB, at least 64, got '$large_mib'"
+case "$kernel" in plain|debug) ;; *) bad "--kernel must be plain or debug, not '$kernel'" ;; esac
+if [ -n "$profile" ]; then
+	[[ $profile =~ ^([0-9]+)(,([0-9]+))?$ ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
+		bad "--profile wants MIB or MIB,N (e.g. 512,8), got '$profile'"
+	prof_mib=${BASH_REMATCH[1]} prof_n=${BASH_REMATCH[3]:-20}
+	[ "$prof_mib" -le "$large_mib" ] || large_mib=$(( (prof_mib + 1) / 2 * 2 ))
+fi
+[ -d "$src" ] && [ -f "$src/Kbuild" ] && [ -f "$src/tests/bench/bench_peermem.c" ] ||
+	bad "--src '$src' is not a peermem checkout"
+src=$(cd "$src" && pwd)
+if [ -z "$out" ]; then
+	out=$PEERMEM_ROOT/docs/bench
+	[ "$kernel" = debug ] && out=$out/debug
+fi
+mkdir -p "$out" || pm_die "cannot create $out"
+out=$(cd "$out" && pwd)
+
+# --- host and kernel ------------------------------------------------------
+if [ "$skip_setup" = 0 ]; then
+	pm_stage "bench: host setup (scripts/setup-host.sh)"
+	scripts/setup-host.sh
+fi
+if [ -z "$kdir" ]; then
+	pm_stage "bench: rig kernel ($kernel)"
+	kdir=$(scripts/kernel.sh --variant "$kernel" --print-kdir 2>/dev/null) ||
+		kdir=$(scripts/kernel.sh --variant "$kernel" | tail -n 1)
+fi
+[ -f "$kdir/arch/x86/boot/bzImage" ] && [ -f "$kdir/Module.symvers" ] ||
+	pm_die "no built kernel in '$kdir' (bzImage, Module.symvers); build it with scripts/kernel.sh --variant $kernel"
+kdir=$(cd "$kdir" && pwd -P)
+if grep -q '^CONFIG_KASAN=y' "$kdir/.config"; then kvariant=debug; else kvariant=plain; fi
+[ "$kvariant" = "$kernel" ] || pm_log "bench: note: --kdir $kdir is a $kvariant kernel (--kernel $kernel); recording it as $kvariant"
+margs=(KDIR="$kdir")
+if [ -f "$kdir/.peermem-make-args" ]; then read -ra extra < "$kdir/.peermem-make-args"; margs+=("${extra[@]}"); fi
+llvm=$(sed -n 's/^LLVM=//p' "$kdir/.peermem-make-args" 2>/dev/null); llvm=${llvm:--19}
+
+# --- sources and builds, per kernel tree ----------------------------------
+work=$PEERMEM_CACHE/bench/$(basename "$kdir")
+tree=$work/tree
+logs=$work/logs
+mkdir -p "$tree" "$logs" || pm_die "cannot create $work"
+pm_stage "bench: copy $src into $tree"
+if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+	commit=$(git -C "$src" rev-parse HEAD)
+	dirty=$(git -C "$src" status --porcelain --untracked-files=no | wc -l)
+	(cd "$src" && git ls-files -z -co --exclude-standard) |
+		rsync -a --from0 --files-from=- --ignore-missing-args "$src/" "$tree/" ||
+		pm_die "cannot copy the sources of $src into $tree"
+else
+	commit=unknown dirty=unknown
+	rsync -a --exclude '*.o' --exclude '*.ko' --exclude '.*.cmd' "$src/" "$tree/" ||
+		pm_die "cannot copy $src into $tree"
+fi
+build() { # build NAME CMD...: one build step, its log kept
+	local name=$1 log=$logs/build-${1// /-}.log; shift
+	pm_stage "bench: build $name"
+	if ! "$@" >"$log" 2>&1; then
+		tail -n 20 "$log" >&2
+		pm_die "building $name for $kdir failed (full log: $log)"
+	fi
+}
+build gpusim make -C "$tree/tests/gpusim" -j3 "${margs[@]}"
+build peermem make -C "$tree" -j3 "${margs[@]}"
+build nvidia-peermem "$tree/tests/nvpeermem/build.sh" --kdir "$kdir" --llvm "$llvm"
+build benchmark make -C "$tree/tests/bench"
+for f in tests/gpusim/gpusim.ko tests/gpusim/testclient/gpusim_testclient.ko peermem.ko \
+	tests/nvpeermem/nvidia-peermem.ko tests/bench/bench_peermem tests/bench/profile-guest.sh; do
+	[ -f "$tree/$f" ] || pm_die "the builds left no $tree/$f"
+done
+
+vmargs=(--kdir "$kdir" --mem "$mem" --no-kmemleak --test-timeout 7200)
+[ -n "$append" ] && vmargs+=(--append "${append# }")
+mods="GPUSIM_KO=$tree/tests/gpusim/gpusim.ko"
+mods+=" TESTCLIENT_KO=$tree/tests/gpusim/testclient/gpusim_testclient.ko"
+mods+=" PEERMEM_KO=$tree/peermem.ko NVPEERMEM_KO=$tree/tests/nvpeermem/nvidia-peermem.ko"
+
+# --- or a profile ----------------------------------------------------------
+if [ -n "$profile" ]; then
+	pm_stage "bench: boot the rig ($kvariant kernel) and profile ${prof_mib} MiB registrations, $prof_n per side"
+	pf=$out/profile-${prof_mib}M.txt
+	rc=0
+	scripts/vm.sh "${vmargs[@]}" --cmd "$mods bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $((prof_mib * 1024 * 1024)) $prof_n" \
+		>"$pf.tmp" 2>"$work/vm.log" || rc=$?
+	{ echo "# scripts/bench.sh --profile $profile: $kvariant kernel $(basename "$kdir"), commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ)"; cat "$pf.tmp"; } > "$pf"
+	rm -f "$pf.tmp"
+	cat "$pf"
+	[ "$rc" = 0 ] || pm_die "the profile run failed (runner log: $work/vm.log)"
+	pm_log "bench: $pf"
+	exit 0
+fi
+
+# --- the run --------------------------------------------------------------
+raw=$work/guest-output.txt
+vmlog=$work/vm.log
+pm_stage "bench: boot the rig ($kvariant kernel, $mem) and run $rounds rounds"
+t0=$(date +%s)
+cmd="$mods $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib * 1024 * 1024))"
+rc=0
+scripts/vm.sh "${vmargs[@]}" --cmd "$cmd" \
+	>"$raw" 2>"$vmlog" || rc=$?
+t1=$(date +%s)
+if [ "$rc" != 0 ]; then
+	grep -E '^(not ok|#)' "$raw" | tail -n 20 >&2
+	tail -n 30 "$vmlog" >&2
+	pm_die "the benchmark run failed (guest output: $raw; runner log: $vmlog)"
+fi
+grep '^# ' "$raw" | sed 's/^# /bench: /' >&2 || true
+
+# --- the results ------------------------------------------------------------
+pm_stage "bench: results"
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
+"$py" tests/bench/report.py results --raw "$raw" --json "$out/bench-results.json" \
+	--meta "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" --meta "commit=$commit" \
+	--meta "dirty_files=$dirty" --meta "src=$src" \
+	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
+	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
+	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
+	--meta "guest_append=${append# }" \
+	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
+	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
+	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" ||
+	pm_die "cannot turn $raw into $out/bench-results.json"
+"$py" tests/bench/report.py table "$out/bench-results.json"
+if "$py" -c 'import matplotlib' 2>/dev/null; then
+	"$py" tests/bench/report.py plot "$out/bench-results.json" "$out/bench-latency.png" ||
+		pm_die "the plot failed"
+	pm_log "bench: $out/bench-results.json, $out/bench-latency.png (run: $((t1 - t0)) s)"
+else
+	pm_log "bench: no matplotlib for $py (scripts/setup-host.sh installs python3-matplotlib): no plot"
+	pm_log "bench: $out/bench-results.json (run: $((t1 - t0)) s)"
+fi
+exit
 }

@@ -14,6 +14,8 @@ APT_PKGS=(
 	# guest userspace (seen by the guest through the 9p root)
 	rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev
 	iproute2 perftest
+	# scripts/bench.sh's plot
+	python3-matplotlib
 )
 BINDGEN_VERSION=${BINDGEN_VERSION:-0.73.2}
 

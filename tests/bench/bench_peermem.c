@@ -1,31 +1,108 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * bench_peermem - what peermem's design buys, as ratios measured within
- * one run in the rig (the VM's absolute times mean nothing; scripts/bench.sh
- * boots it and runs this). Each comparison alternates its two sides round
- * by round and compares medians, so drift and noise hit both alike.
+ * bench_peermem - peermem, NVIDIA's nvidia-peermem and the floor, measured
+ * in one run in the rig, alternating round by round (scripts/bench.sh
+ * builds everything, boots the rig, runs this and turns its output into a
+ * table, bench-results.json and a plot; docs/benchmarks.md explains them).
  *
- *   1. Registration: ibv_reg_mr + ibv_dereg_mr of GPU memory through
- *      peermem against the same on host memory (pin_user_pages). Also the
- *      GPU pins per registration (gpusim's get_pages calls): 1 for peermem,
- *      2 for NVIDIA's nvidia-peermem (it pins in acquire and get_pages).
- *   2. Coalescing: RDMA WRITE into a GPU MR whose memory is one physically
- *      contiguous run (peermem hands rxe 1 scatter entry) against one in
- *      64 KiB runs (one entry per GPU page, what a client without
- *      coalescing hands over for any memory).
+ * The three sides, each doing the same work on the same gpusim memory:
  *
- * Not a test: it fails (exit 1) only if an operation fails. Output: "# "
- * lines, then one "bench:" line per result.
+ *   peermem         ibv_reg_mr/ibv_dereg_mr on rxe0 with peermem.ko loaded
+ *                   (the default build, registered as nv_mem + nv_mem_nc)
+ *   nvidia-peermem  the same with NVIDIA's nvidia-peermem.ko, unmodified
+ *                   (tests/nvpeermem builds it from Debian's package)
+ *   floor           the same GPU range pinned and DMA-mapped for the same
+ *                   PCI device (the rig's RDMA DMA device) directly through
+ *                   nvidia_p2p_get_pages + nvidia_p2p_dma_map_pages and
+ *                   undone, by gpusim's test client: one ioctl each way, no
+ *                   peer-memory core and no RDMA device in between
  *
- *   bench_peermem [ROUNDS]     (default 20)
+ * Only one of the two peer clients is loaded at a time (both claim gpusim
+ * memory, and the first registered would win): each round loads them in
+ * turn, in an order that rotates from round to round, and measures every
+ * figure once per side (the floor needs no reload). Figures: see the
+ * "sample" lines below and docs/benchmarks.md.
+ *
+ * Not a test: it fails (exit 1, "not ok ... (bailing out)") only if an
+ * operation fails. Output: "# " lines, "info KEY VALUE..." lines and one
+ * "sample FIGURE PARAM SIDE ROUND VALUE" line per raw sample (seconds,
+ * counts or bytes as the figure's name says). With --tap (the smoke run of
+ * tests/guest/bench) the samples are kept and one TAP result per figure
+ * and side says it was measured.
+ *
+ *   bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap]
+ *
+ * Environment: PEERMEM_DMA_DEVICE (the rig's DMA device, exported by the
+ * guest's init; required), GPUSIM_KO, TESTCLIENT_KO, PEERMEM_KO,
+ * NVPEERMEM_KO (default: the builds in $PEERMEM_ROOT).
  */
+#include <math.h>
+#include <signal.h>
+
 #include "../guest/peermem/peermem_test.h"
+#include "../gpusim/testclient/gpusim_testclient.h"
 
-#define LEN (4 * 1024 * 1024UL)		/* 64 GPU pages */
-#define XFER (1024 * 1024UL)		/* per RDMA WRITE (rxe under TCG is slow) */
+enum { S_PM, S_NV, S_FLOOR, NSIDES, S_HOST = NSIDES };
+/* "host": a reference, measured in the floor's turn (no peer memory at all). */
+static const char *const side_name[NSIDES + 1] = { "peermem", "nvidia-peermem", "floor", "host" };
+/* Module names of the two peer clients, and their .ko (env, default). */
+static const char *const side_mod[2] = { "peermem", "nvidia_peermem" };
+static const char *const side_env[2] = { "PEERMEM_KO", "NVPEERMEM_KO" };
+static const char *const side_def[2] = { "peermem.ko", "tests/nvpeermem/nvidia-peermem.ko" };
 
+#define MIB (1024 * 1024UL)
+#define SLICE GPU_PAGE			/* free->revoke: one MR per GPU page */
+#define NFREE_MRS 64
+#define FREE_LEN (NFREE_MRS * SLICE)	/* 4 MiB */
+#define SG_LEN (64 * MIB)		/* scatter entries: per registration */
+#define MAXS 4096			/* samples per series */
+#define BENCH_UMEM_TEST "/sys/kernel/debug/peer_memory/umem_test"
+
+static int rounds = 10, tap_mode, smoke;
+/* --profile: only N reg+dereg of BYTES on SIDE, for a profiler around the run. */
+static int prof_side = -1, prof_n;
+static size_t prof_len;
+static size_t large = 512 * MIB;
 static struct conn c;
-static int fd;
+static int gfd, tcfd;
+static struct ibv_mr *hmr;		/* host buffer: source of the WRITEs */
+static uint8_t *hbuf, *hbig;		/* hbig: 2 MiB of host memory */
+static struct gmem gbig, gcontig, gfrag;
+
+/* ---- samples ----------------------------------------------------------- */
+
+struct series {
+	char fig[40], param[24];
+	int side, n;
+	double v[MAXS];
+};
+static struct series *ser[256];
+static int nser;
+
+static void sample(const char *fig, const char *param, int side, int round, double v)
+{
+	struct series *s = NULL;
+
+	for (int i = 0; i < nser; i++)
+		if (ser[i]->side == side && !strcmp(ser[i]->fig, fig) &&
+		    !strcmp(ser[i]->param, param))
+			s = ser[i];
+	if (!s) {
+		if (nser == (int)(sizeof(ser) / sizeof(ser[0])))
+			bail("too many series");
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			bail("out of memory");
+		snprintf(s->fig, sizeof(s->fig), "%s", fig);
+		snprintf(s->param, sizeof(s->param), "%s", param);
+		s->side = side;
+		ser[nser++] = s;
+	}
+	if (s->n < MAXS)
+		s->v[s->n++] = v;
+	if (!tap_mode)
+		printf("sample %s %s %s %d %.9g\n", fig, param, side_name[side], round, v);
+}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -34,129 +111,777 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+static double median(const struct series *s)
 {
-	qsort(v, n, sizeof(*v), cmp_d);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	double t[MAXS];
+
+	memcpy(t, s->v, s->n * sizeof(double));
+	qsort(t, s->n, sizeof(double), cmp_d);
+	return s->n % 2 ? t[s->n / 2] : (t[s->n / 2 - 1] + t[s->n / 2]) / 2;
 }
 
-/* Seconds for one ibv_reg_mr + ibv_dereg_mr of [p, p + LEN). */
-static double reg_dereg(void *p)
+static const char *size_str(size_t len, char *buf, size_t n)
 {
-	double t0 = now_s();
-	struct ibv_mr *mr = ibv_reg_mr(c.pd, p, LEN, MR_ACCESS);
-
-	if (!mr)
-		bail("ibv_reg_mr of %p: %s", p, strerror(errno));
-	if (ibv_dereg_mr(mr))
-		bail("ibv_dereg_mr failed");
-	return now_s() - t0;
+	if (len % MIB == 0)
+		snprintf(buf, n, "%zuM", len / MIB);
+	else
+		snprintf(buf, n, "%zuK", len / 1024);
+	return buf;
 }
 
-/* A GPU allocation of LEN bytes in physically contiguous runs of contig bytes (0: one run). */
-static void gpu_alloc(struct gmem *g, const char *contig)
+/* ---- modules ------------------------------------------------------------ */
+
+static int loaded(const char *mod)
 {
+	char p[128];
+
+	snprintf(p, sizeof(p), "/sys/module/%s", mod);
+	return access(p, F_OK) == 0;
+}
+
+static void ko_path(const char *env, const char *def, char *buf, size_t n)
+{
+	if (getenv(env))
+		snprintf(buf, n, "%s", getenv(env));
+	else
+		snprintf(buf, n, "%s/%s", root_dir(), def);
+	if (access(buf, R_OK))
+		bail("%s is missing: build it (scripts/bench.sh does; or %s=)", buf, env);
+}
+
+static void insmod(const char *env, const char *def, const char *args)
+{
+	char ko[512];
+
+	ko_path(env, def, ko, sizeof(ko));
+	if (run("insmod %s %s", ko, args))
+		bail("insmod %s %s failed", ko, args);
+}
+
+/* Make side s's peer client the only one loaded (the floor needs none). */
+static void use_side(int s)
+{
+	if (s == S_FLOOR)
+		return;
+	if (loaded(side_mod[!s]) && run("rmmod %s", side_mod[!s]))
+		bail("cannot unload %s", side_mod[!s]);
+	if (!loaded(side_mod[s]))
+		insmod(side_env[s], side_def[s], "");
+}
+
+/* ---- one registration, whichever side --------------------------------- */
+
+struct reg {
+	struct ibv_mr *mr;
+	uint32_t id;
+	struct gpusim_tc_req q;		/* floor: what GET said */
+};
+
+static int side_reg(int s, int fd, struct ibv_pd *pd, void *p, size_t len, struct reg *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (s != S_FLOOR) {
+		r->mr = ibv_reg_mr(pd, p, len, MR_ACCESS);
+		return r->mr ? 0 : -errno;
+	}
+	r->q.va = (uintptr_t)p;
+	r->q.len = len;
+	r->q.flags = GPUSIM_TC_MAP | GPUSIM_TC_CB_UNMAP;
+	if (ioctl(fd, GPUSIM_TC_GET, &r->q))
+		return -errno;
+	r->id = r->q.id;
+	if (r->q.ret && r->id) {	/* map failed and the pin is stuck */
+		struct gpusim_tc_req f = { .id = r->id };
+
+		ioctl(fd, GPUSIM_TC_FORGET, &f);
+	}
+	return r->q.ret;
+}
+
+static int side_dereg(int s, int fd, struct reg *r)
+{
+	struct gpusim_tc_req f = { .id = r->id, .flags = GPUSIM_TC_UNMAP };
+
+	if (s != S_FLOOR)
+		return ibv_dereg_mr(r->mr) ? -EIO : 0;
+	return ioctl(fd, GPUSIM_TC_FORGET, &f) ? -errno : 0;
+}
+
+static void reg_or_bail(int s, void *p, size_t len, struct reg *r)
+{
+	int e = side_reg(s, tcfd, c.pd, p, len, r);
+
+	if (e)
+		bail("%s: registering %zu bytes at %p failed: %s", side_name[s], len, p,
+		     strerror(-e));
+}
+
+static void dereg_or_bail(int s, struct reg *r)
+{
+	if (side_dereg(s, tcfd, r))
+		bail("%s: deregistration failed", side_name[s]);
+}
+
+static int umem_get(int fd, void *addr, size_t len);
+
+/* ---- RDMA WRITE with a busy-polled completion ------------------------- */
+
+static int write_poll(struct ibv_mr *lmr, void *laddr, uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)laddr, .length = len, .lkey = lmr->lkey };
+	struct ibv_send_wr wr = { 0 }, *bad;
+	struct ibv_wc wc;
+	double end;
+	int n;
+
+	wr.wr_id = 7;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (ibv_post_send(c.qa, &wr, &bad))
+		return -1;
+	end = now_s() + 30;
+	while ((n = ibv_poll_cq(c.cq, 1, &wc)) == 0)
+		if (now_s() > end)
+			return -1;
+	return n < 0 ? -1 : (int)wc.status;
+}
+
+/* ---- figures ------------------------------------------------------------ */
+
+/* Registration latency: reg and dereg timed apart, at each size. */
+static void fig_latency(int s, int round)
+{
+	size_t sizes[] = { 64 * 1024, 2 * MIB, 64 * MIB, large };
+	int nsz = smoke ? 3 : 4;
+	char ps[24];
+
+	for (int i = 0; i < nsz; i++) {
+		size_t len = sizes[i];
+		int reps = smoke ? 1 : len <= 2 * MIB ? 6 : len <= 64 * MIB ? 2 : 1;
+		long long c0 = gs("calls/get_pages"), p0 = gs("pages_pinned");
+		long long m0 = gs("calls/dma_map_pages"), d0 = gs("pages_dma_mapped");
+
+		size_str(len, ps, sizeof(ps));
+		for (int k = 0; k < reps; k++) {
+			struct reg r;
+			double t0, t1, t2;
+
+			t0 = now_s();
+			reg_or_bail(s, gbig.p, len, &r);
+			t1 = now_s();
+			dereg_or_bail(s, &r);
+			t2 = now_s();
+			sample("reg_s", ps, s, round, t1 - t0);
+			sample("dereg_s", ps, s, round, t2 - t1);
+			sample("regdereg_s", ps, s, round, t2 - t0);
+		}
+		if (len == 2 * MIB) {
+			sample("gpu_pins_per_reg", ps, s, round,
+			       (double)(gs("calls/get_pages") - c0) / reps);
+			sample("gpu_pages_pinned_per_reg", ps, s, round,
+			       (double)(gs("pages_pinned") - p0) / reps);
+			sample("gpu_dma_maps_per_reg", ps, s, round,
+			       (double)(gs("calls/dma_map_pages") - m0) / reps);
+			sample("gpu_pages_dma_mapped_per_reg", ps, s, round,
+			       (double)(gs("pages_dma_mapped") - d0) / reps);
+		}
+	}
+}
+
+/* A fresh gpusim allocation of len bytes in contig-byte runs. */
+static void galloc(struct gmem *g, size_t len, const char *contig)
+{
+	int e;
+
 	if (gs_knob("contig_bytes", contig))
 		bail("cannot set gpusim's contig_bytes to %s", contig);
-	if (gmem_alloc(fd, LEN, g))
-		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
-	memset(g->p, 0x5a, LEN);
+	e = gmem_alloc(gfd, len, g);
+	if (e)
+		bail("GPUSIM_IOC_ALLOC of %zu bytes: %s", len, strerror(-e));
+	memset(g->p, 0x5a, 4096);
+}
+
+/*
+ * GPU free -> revoked, with n live registrations on a 4 MiB allocation (n
+ * = 1: one over all of it; n = 64: one per 64 KiB GPU page). For the MR
+ * sides: from GPUSIM_IOC_FREE until an RDMA WRITE into the last registered
+ * MR completes in error (WRITEs that still succeed are retried). For the
+ * floor: until the free returned, which is after every free callback ran
+ * (gpusim waits for them; the test client's unmaps its DMA mapping).
+ */
+static void fig_free(int s, int round, int n)
+{
+	struct reg r[NFREE_MRS];
+	struct gmem g;
+	struct peer_stats st0, st1;
+	double t0, t1, t2;
+	int okw = 0, st;
+	char ps[8];
+
+	snprintf(ps, sizeof(ps), "%d", n);
+	galloc(&g, FREE_LEN, "2097152");
+	for (int i = 0; i < n; i++)
+		reg_or_bail(s, g.p + (n == 1 ? 0 : i * SLICE), n == 1 ? FREE_LEN : SLICE, &r[i]);
+	if (s != S_FLOOR) {
+		st = write_poll(hmr, hbuf, 8, (uintptr_t)g.p + (n - 1) * (n == 1 ? 0 : SLICE),
+				r[n - 1].mr->rkey);
+		if (st)
+			bail("%s: RDMA WRITE into a live MR failed (status %d)", side_name[s], st);
+		peer_stats("nv_mem", &st0);
+	}
+	t0 = now_s();
+	if (gmem_free(gfd, &g))
+		bail("GPUSIM_IOC_FREE: %s", strerror(errno));
+	t1 = now_s();
+	if (s != S_FLOOR) {
+		for (;;) {
+			st = write_poll(hmr, hbuf, 8, (uintptr_t)g.p + (n - 1) * (n == 1 ? 0 : SLICE),
+					r[n - 1].mr->rkey);
+			if (st != IBV_WC_SUCCESS)
+				break;
+			if (++okw > 10000)
+				bail("%s: RDMA WRITEs still succeed 10000 times after the GPU memory was freed",
+				     side_name[s]);
+		}
+		t2 = now_s();
+		if (st < 0)
+			bail("%s: no completion for the RDMA WRITE after the free", side_name[s]);
+		peer_stats("nv_mem", &st1);
+		if (st1.invalidated_mrs - st0.invalidated_mrs != n)
+			diag("%s: the core counted %lld invalidated MRs for %d freed",
+			     side_name[s], st1.invalidated_mrs - st0.invalidated_mrs, n);
+		if (conn_qps(&c))	/* the error completion killed the QPs */
+			bail("cannot recreate the QPs");
+		sample("free_revoke_writes_ok", ps, s, round, okw);
+	} else {
+		t2 = t1;
+		for (int i = 0; i < n; i++) {
+			struct gpusim_tc_req q = { .id = r[i].id };
+
+			if (ioctl(tcfd, GPUSIM_TC_STATUS, &q) || q.callbacks != 1 || q.pinned)
+				bail("floor: registration %d not revoked by the free (callbacks %u)", i,
+				     q.callbacks);
+		}
+	}
+	sample("free_ioctl_s", ps, s, round, t1 - t0);
+	sample("free_revoke_s", ps, s, round, t2 - t0);
+	for (int i = 0; i < n; i++)
+		dereg_or_bail(s, &r[i]);
+	gmem_drop(&g);
+}
+
+/*
+ * munmap -> revoked (peermem's mmu notifier). nvidia-peermem has none: it
+ * keeps serving the old memory; checked and said once, no figure.
+ */
+static void fig_munmap(int s, int round)
+{
+	struct reg r;
+	struct gmem g;
+	double t0, t1;
+	int st, okw = 0;
+
+	if (s == S_FLOOR || (s == S_NV && round > 0))
+		return;
+	galloc(&g, FREE_LEN, "2097152");
+	reg_or_bail(s, g.p, FREE_LEN, &r);
+	st = write_poll(hmr, hbuf, 8, (uintptr_t)g.p, r.mr->rkey);
+	if (st)
+		bail("%s: RDMA WRITE into a live MR failed (status %d)", side_name[s], st);
+	t0 = now_s();
+	if (munmap(g.p, g.len))
+		bail("munmap: %s", strerror(errno));
+	for (;;) {
+		st = write_poll(hmr, hbuf, 8, (uintptr_t)g.p, r.mr->rkey);
+		if (st != IBV_WC_SUCCESS)
+			break;
+		okw++;
+		if (s == S_NV && okw == 3)
+			break;
+		if (okw > 10000)
+			bail("%s: RDMA WRITEs still succeed 10000 times after munmap", side_name[s]);
+	}
+	t1 = now_s();
+	if (st < 0)
+		bail("%s: no completion for the RDMA WRITE after munmap", side_name[s]);
+	if (s == S_NV) {
+		printf("info munmap_revoke nvidia-peermem %s (%d RDMA WRITEs after munmap succeeded)\n",
+		       st == IBV_WC_SUCCESS ? "never" : "revoked", okw);
+	} else {
+		sample("munmap_revoke_s", "1", s, round, t1 - t0);
+		sample("munmap_revoke_writes_ok", "1", s, round, okw);
+	}
+	if (st != IBV_WC_SUCCESS && conn_qps(&c))
+		bail("cannot recreate the QPs");
+	g.p = NULL;	/* unmapped */
+	if (gmem_free(gfd, &g))
+		bail("GPUSIM_IOC_FREE: %s", strerror(errno));
+	dereg_or_bail(s, &r);
+}
+
+/* 1 vs 2 threads registering different 2 MiB ranges concurrently. */
+struct thr {
+	int side, fd, ops, err;
+	uint8_t *p;
+	pthread_barrier_t *bar;
+};
+
+static void *thr_main(void *arg)
+{
+	struct thr *t = arg;
+
+	pthread_barrier_wait(t->bar);
+	for (int i = 0; i < t->ops && !t->err; i++) {
+		struct reg r;
+
+		t->err = side_reg(t->side, t->fd, c.pd, t->p, 2 * MIB, &r);
+		if (!t->err)
+			t->err = side_dereg(t->side, t->fd, &r);
+	}
+	return NULL;
+}
+
+static double thr_run(int s, int nthr, int ops)
+{
+	pthread_barrier_t bar;
+	pthread_t tid[2];
+	struct thr t[2];
+	double t0, t1;
+
+	pthread_barrier_init(&bar, NULL, nthr + 1);
+	for (int i = 0; i < nthr; i++) {
+		t[i] = (struct thr){ .side = s, .ops = ops, .p = gbig.p + i * 32 * MIB, .bar = &bar };
+		/* Own test client file per thread: its registrations' lock is per file. */
+		t[i].fd = s == S_FLOOR ? open("/dev/gpusim_testclient", O_RDWR) : -1;
+		if (s == S_FLOOR && t[i].fd < 0)
+			bail("open /dev/gpusim_testclient: %s", strerror(errno));
+		if (pthread_create(&tid[i], NULL, thr_main, &t[i]))
+			bail("pthread_create failed");
+	}
+	pthread_barrier_wait(&bar);
+	t0 = now_s();
+	for (int i = 0; i < nthr; i++)
+		pthread_join(tid[i], NULL);
+	t1 = now_s();
+	pthread_barrier_destroy(&bar);
+	for (int i = 0; i < nthr; i++) {
+		if (t[i].fd >= 0)
+			close(t[i].fd);
+		if (t[i].err)
+			bail("%s: thread %d: registration failed: %s", side_name[s], i,
+			     strerror(-t[i].err));
+	}
+	return t1 - t0;
+}
+
+static void fig_threads(int s, int round)
+{
+	int ops = smoke ? 2 : 8;
+	double t1 = thr_run(s, 1, ops), t2 = thr_run(s, 2, ops);
+
+	sample("thr1_ops_per_s", "2M", s, round, ops / t1);
+	sample("thr2_ops_per_s", "2M", s, round, 2 * ops / t2);
+	sample("thr2_over_thr1", "2M", s, round, (2 * ops / t2) / (ops / t1));
+}
+
+/*
+ * Kernel memory, in bytes: free pages counted exactly (the free lists of
+ * every zone plus the per-CPU lists, which MemFree leaves out, after
+ * folding the per-CPU counter deltas with vm.stat_refresh) and the slab.
+ */
+struct meminfo {
+	long long free, slab;
+};
+
+static void meminfo(struct meminfo *m, int settle_ms)
+{
+	char line[256], key[64];
+	long long v, pages = 0;
+	FILE *f;
+
+	usleep(settle_ms * 1000);
+	write_str("/proc/sys/vm/stat_refresh", "1");
+	memset(m, 0, sizeof(*m));
+	f = fopen("/proc/zoneinfo", "r");
+	if (!f)
+		bail("cannot read /proc/zoneinfo");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, " %63s %lld", key, &v) == 2 &&
+		    (!strcmp(key, "nr_free_pages") || !strcmp(key, "count:")))
+			pages += v;
+	fclose(f);
+	m->free = pages * sysconf(_SC_PAGESIZE);
+	f = fopen("/proc/meminfo", "r");
+	if (!f)
+		bail("cannot read /proc/meminfo");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Slab: %lld", &v) == 1)
+			m->slab = v * 1024;
+	fclose(f);
+}
+
+/*
+ * Kernel memory per live registration: n registrations of len bytes live
+ * at once (distinct ranges at 2 MiB, the same range at the large size):
+ * free pages and slab before and while they live, per registration. Free
+ * pages cover every kernel allocation (slab, page allocations, the IOMMU's
+ * page tables, vmalloc); the program allocates nothing in between.
+ * core_only: the same through the rig core's umem_test hook (core and
+ * client, no rxe MR and no uverbs object), for the MR sides.
+ */
+static void fig_memory(int s, int round, size_t len, int n, int core_only)
+{
+	static struct reg r[64];
+	static int ufd[64];
+	struct meminfo a, b, e;
+	char ps[24];
+
+	if (core_only && s == S_FLOOR)
+		return;
+	size_str(len, ps, sizeof(ps));
+	meminfo(&a, 300);
+	for (int i = 0; i < n; i++) {
+		uint8_t *p = gbig.p + (len == large ? 0 : i * len);
+
+		if (!core_only) {
+			reg_or_bail(s, p, len, &r[i]);
+			continue;
+		}
+		ufd[i] = open(BENCH_UMEM_TEST, O_RDWR);
+		if (ufd[i] < 0 || umem_get(ufd[i], p, len))
+			bail("%s: umem_test of %zu bytes failed", side_name[s], len);
+	}
+	meminfo(&b, 300);
+	for (int i = 0; i < n; i++) {
+		if (core_only)
+			close(ufd[i]);
+		else
+			dereg_or_bail(s, &r[i]);
+	}
+	meminfo(&e, 300);
+	sample(core_only ? "core_kmem_per_reg_bytes" : "kmem_per_reg_bytes", ps, s, round,
+	       (double)(a.free - b.free) / n);
+	sample(core_only ? "core_slab_per_reg_bytes" : "slab_per_reg_bytes", ps, s, round,
+	       (double)(b.slab - a.slab) / n);
+	sample(core_only ? "core_kmem_after_dereg_bytes" : "kmem_after_dereg_bytes", ps, s,
+	       round, (double)(a.free - e.free));
+}
+
+/*
+ * Scatter entries per registered GiB, for 64 MiB registrations of memory
+ * in one run per 4 MiB (contig_bytes 0: gpusim's largest run) and in one
+ * run per 64 KiB GPU page. The MR sides: the core's num_reg_pages (the DMA
+ * entries of the table the client handed over). The floor: what the
+ * source hands out as the device can take it: the DMA-contiguous runs of
+ * its mapping, split at the DMA device's max segment size and boundary
+ * (also recorded: the runs without that split, and the physical runs).
+ */
+static void fig_sg(int s, int round)
+{
+	struct gmem *gm[2] = { &gcontig, &gfrag };
+	const char *what[2] = { "contig", "64K" };
+
+	for (int i = 0; i < 2; i++) {
+		struct peer_stats p0, p1;
+		struct reg r;
+		double v;
+
+		if (s != S_FLOOR && peer_stats("nv_mem", &p0))
+			bail("no core counters for nv_mem");
+		reg_or_bail(s, gm[i]->p, SG_LEN, &r);
+		if (s != S_FLOOR) {
+			peer_stats("nv_mem", &p1);
+			v = p1.reg_pages - p0.reg_pages;
+		} else {
+			/* What the device can take: runs split at its segment limits. */
+			v = r.q.dma_segs;
+			sample("source_dma_runs_per_gib", what[i], s, round,
+			       r.q.dma_runs * (double)(1024 * MIB / SG_LEN));
+			sample("source_phys_runs_per_gib", what[i], s, round,
+			       r.q.runs * (double)(1024 * MIB / SG_LEN));
+			sample("source_dma_entries_per_gib", what[i], s, round,
+			       r.q.dma_entries * (double)(1024 * MIB / SG_LEN));
+		}
+		sample("sg_entries_per_gib", what[i], s, round, v * (1024 * MIB / SG_LEN));
+		dereg_or_bail(s, &r);
+	}
+}
+
+/* The rig core's umem_test hook (docs/core.md): one umem per open file. */
+
+static int umem_get(int fd, void *addr, size_t len)
+{
+	char req[160];
+	ssize_t n;
+
+	snprintf(req, sizeof(req), "%s %#lx %#zx mr\n", RXE_DEV,
+		 (unsigned long)(uintptr_t)addr, len);
+	n = pwrite(fd, req, strlen(req), 0);
+	return n < 0 ? -errno : n == (ssize_t)strlen(req) ? 0 : -EIO;
+}
+
+/*
+ * Where the time goes, in layers, 2 MiB: the MR sides' registration
+ * through the core and the client alone (the rig core's umem_test hook:
+ * ib_umem_get_peer on rxe0 with no MR, no uverbs object; closing the file
+ * releases it), and in the floor's turn the same ibv_reg_mr/ibv_dereg_mr
+ * on 2 MiB of host memory (rxe and uverbs, no peer client).
+ */
+static void fig_layers(int s, int round)
+{
+	int reps = smoke ? 1 : 6;
+
+	for (int k = 0; k < reps; k++) {
+		double t0, t1, t2;
+
+		if (s == S_FLOOR) {
+			struct ibv_mr *mr;
+
+			t0 = now_s();
+			mr = ibv_reg_mr(c.pd, hbig, 2 * MIB, MR_ACCESS);
+			t1 = now_s();
+			if (!mr || ibv_dereg_mr(mr))
+				bail("ibv_reg_mr/ibv_dereg_mr of host memory failed");
+			t2 = now_s();
+			sample("reg_s", "2M", S_HOST, round, t1 - t0);
+			sample("dereg_s", "2M", S_HOST, round, t2 - t1);
+			sample("regdereg_s", "2M", S_HOST, round, t2 - t0);
+		} else {
+			int fd = open(BENCH_UMEM_TEST, O_RDWR), e;
+
+			if (fd < 0)
+				bail("cannot open " BENCH_UMEM_TEST ": %s", strerror(errno));
+			t0 = now_s();
+			e = umem_get(fd, gbig.p, 2 * MIB);
+			t1 = now_s();
+			close(fd);
+			t2 = now_s();
+			if (e)
+				bail("%s: umem_test of 2 MiB: %s", side_name[s], strerror(-e));
+			sample("core_reg_s", "2M", s, round, t1 - t0);
+			sample("core_dereg_s", "2M", s, round, t2 - t1);
+			sample("core_regdereg_s", "2M", s, round, t2 - t0);
+		}
+	}
+}
+
+static void run_side(int s, int round)
+{
+	struct reg r;
+
+	use_side(s);
+	/* Warm the path once after a (re)load. */
+	reg_or_bail(s, gbig.p, 2 * MIB, &r);
+	dereg_or_bail(s, &r);
+	fig_latency(s, round);
+	fig_layers(s, round);
+	fig_free(s, round, 1);
+	fig_free(s, round, NFREE_MRS);
+	fig_munmap(s, round);
+	fig_threads(s, round);
+	fig_memory(s, round, 2 * MIB, smoke ? 4 : 32, 0);
+	fig_memory(s, round, large, smoke ? 2 : 4, 0);
+	fig_memory(s, round, 2 * MIB, smoke ? 4 : 32, 1);
+	fig_memory(s, round, large, smoke ? 2 : 4, 1);
+	fig_sg(s, round);
+}
+
+static int idle_all(void)
+{
+	return gs("live_pins") == 0 && gs("live_dma_mappings") == 0 &&
+	       (!loaded("peermem") || pm_idle());
 }
 
 int main(int argc, char **argv)
 {
-	int rounds = argc > 1 ? atoi(argv[1]) : 20;
-	double *ta, *tb, ma, mb;
-	struct ibv_mr *hmr, *ma_mr, *mb_mr;
-	struct gmem g, g1, g64;
-	long long calls0, pins, e0, e1, eb;
-	uint8_t *h;
-	int i, st;
+	char ko[512], args[160], buf[64];
+	const char *dev = getenv("PEERMEM_DMA_DEVICE");
+	double t_start = now_s();
 
-	if (rounds < 5 || rounds > 100000)
-		bail("ROUNDS must be 5..100000");
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+			rounds = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--large") && i + 1 < argc)
+			large = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--smoke"))
+			smoke = 1;
+		else if (!strcmp(argv[i], "--tap"))
+			tap_mode = 1;
+		else if (!strcmp(argv[i], "--profile") && i + 3 < argc) {
+			for (prof_side = 0; prof_side < NSIDES; prof_side++)
+				if (!strcmp(argv[i + 1], side_name[prof_side]))
+					break;
+			prof_len = strtoull(argv[i + 2], NULL, 0);
+			prof_n = atoi(argv[i + 3]);
+			i += 3;
+			if (prof_side == NSIDES || prof_len % GPU_PAGE || !prof_len || prof_n < 1)
+				bail("--profile SIDE BYTES N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
+		} else
+			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--profile SIDE BYTES N]");
+	}
+	if (rounds < 1 || rounds > 1000)
+		bail("--rounds must be 1..1000");
+	if (large < 64 * MIB || large % (2 * MIB))
+		bail("--large must be a multiple of 2 MiB, at least 64 MiB");
+	if (!dev || !*dev)
+		bail("PEERMEM_DMA_DEVICE is not set: run this in the rig (its init exports the RDMA DMA device)");
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	ta = calloc(rounds, sizeof(*ta));
-	tb = calloc(rounds, sizeof(*tb));
-	h = aligned_alloc(4096, LEN);
-	if (!ta || !tb || !h)
-		bail("out of memory");
-	memset(h, 0xa5, LEN);
-	rxe_up();
-	load_modules(NULL);
+
+	/* Modules: gpusim, the test client for the DMA device, no peer client yet. */
+	if (loaded("peer_refclient") && run("rmmod peer_refclient"))
+		bail("cannot unload the reference client (it would claim gpusim memory)");
+	for (int s = 0; s < 2; s++)
+		if (loaded(side_mod[s]) && run("rmmod %s", side_mod[s]))
+			bail("cannot unload %s", side_mod[s]);
+	if (!loaded("gpusim"))
+		insmod("GPUSIM_KO", "tests/gpusim/gpusim.ko", "");
+	if (loaded("gpusim_testclient") && run("rmmod gpusim_testclient"))
+		bail("cannot unload gpusim_testclient (to reload it for %s)", dev);
+	snprintf(args, sizeof(args), "peer=%s", dev);
+	insmod("TESTCLIENT_KO", "tests/gpusim/testclient/gpusim_testclient.ko", args);
+	for (int s = 0; s < 2; s++)	/* all there before the first round */
+		ko_path(side_env[s], side_def[s], ko, sizeof(ko));
 	gs_defaults();
+	snprintf(buf, sizeof(buf), "%zu", large + 64 * MIB);
+	if (gs_knob("max_alloc_bytes", buf))
+		bail("cannot raise gpusim's max_alloc_bytes");
+	rxe_up();
 	if (conn_open(&c))
 		bail("cannot set up an RC loopback on " RXE_DEV);
-	fd = open("/dev/gpusim", O_RDWR);
-	if (fd < 0)
-		bail("cannot open /dev/gpusim: %s", strerror(errno));
-	diag("%d rounds per side, %lu KiB per registration, rxe (%s), peermem as %s",
-	     rounds, LEN / 1024, RXE_DEV, pm_name);
-	diag("rxe copies with the CPU, per scatter entry: the coalescing gain on an HCA, whose DMA engine fetches one descriptor per entry, is not what rxe shows");
-
-	/* 1. Registration cost, and pins per registration. */
-	gpu_alloc(&g, "65536");
-	reg_dereg(g.p);		/* warm both paths once */
-	reg_dereg(h);
-	calls0 = gs("calls/get_pages");
-	for (i = 0; i < rounds; i++) {
-		ta[i] = reg_dereg(g.p);
-		tb[i] = reg_dereg(h);
-	}
-	pins = gs("calls/get_pages") - calls0;
-	ma = median(ta, rounds);
-	mb = median(tb, rounds);
-	printf("bench: register+deregister %lu KiB: GPU memory through peermem %.0f us, host memory (pinned by ib_core) %.0f us (median); GPU/host %.2f\n",
-	       LEN / 1024, ma * 1e6, mb * 1e6, ma / mb);
-	printf("bench: GPU pins per registration: %.2f (%lld nvidia_p2p_get_pages calls for %d registrations; nvidia-peermem makes 2 per registration)\n",
-	       (double)pins / rounds, pins, rounds);
-	gmem_free(fd, &g);
-	gmem_drop(&g);
-
-	/* 2. Scatter entries: one contiguous run against 64 KiB runs. */
-	hmr = ibv_reg_mr(c.pd, h, LEN, MR_ACCESS);
+	gfd = open("/dev/gpusim", O_RDWR);
+	tcfd = open("/dev/gpusim_testclient", O_RDWR);
+	if (gfd < 0 || tcfd < 0)
+		bail("cannot open /dev/gpusim or /dev/gpusim_testclient: %s", strerror(errno));
+	hbuf = aligned_alloc(4096, 4096);
+	hbig = aligned_alloc(4096, 2 * MIB);
+	if (!hbuf || !hbig)
+		bail("out of memory");
+	memset(hbig, 0x3c, 2 * MIB);
+	memset(hbuf, 0xa5, 4096);
+	hmr = ibv_reg_mr(c.pd, hbuf, 4096, MR_ACCESS);
 	if (!hmr)
 		bail("host MR: %s", strerror(errno));
-	gpu_alloc(&g1, "0");
-	e0 = pm("sg_entries_coalesced");
-	ma_mr = ibv_reg_mr(c.pd, g1.p, LEN, MR_ACCESS);
-	e1 = pm("sg_entries_coalesced");
-	gpu_alloc(&g64, "65536");
-	mb_mr = ibv_reg_mr(c.pd, g64.p, LEN, MR_ACCESS);
-	eb = pm("sg_entries_coalesced") - e1;
+	galloc(&gbig, large, "2097152");
+	galloc(&gcontig, SG_LEN, "0");
+	galloc(&gfrag, SG_LEN, "65536");
 	gs_knob("contig_bytes", "65536");
-	if (!ma_mr || !mb_mr)
-		bail("GPU MR: %s", strerror(errno));
-	for (i = 0; i < rounds; i++) {
-		double t0 = now_s();
 
-		st = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h, XFER, (uintptr_t)g1.p, ma_mr->rkey);
-		ta[i] = now_s() - t0;
-		if (st)
-			bail("RDMA WRITE into the contiguous MR: status %d", st);
+	if (prof_side >= 0) {
+		const char *perf_out = getenv("BENCH_PERF_OUT");
+		struct reg r;
+		double t0, t1;
+		pid_t perf = -1;
+
+		if (prof_len > large)
+			bail("--profile: at most --large bytes");
+		use_side(prof_side);
+		reg_or_bail(prof_side, gbig.p, prof_len, &r);	/* warm */
+		dereg_or_bail(prof_side, &r);
+		/* BENCH_PERF_OUT=FILE: a system-wide perf record around the loop only. */
+		if (perf_out) {
+			fflush(stdout);
+			perf = fork();
+			if (perf == 0) {
+				execlp("perf", "perf", "record", "-q", "-a", "-e", "cpu-clock", "-F",
+				       "4000", "-o", perf_out, (char *)NULL);
+				_exit(127);
+			}
+			if (perf < 0)
+				bail("fork: %s", strerror(errno));
+			sleep(2);	/* perf is up */
+		}
 		t0 = now_s();
-		st = rdma_op(&c, IBV_WR_RDMA_WRITE, hmr, h, XFER, (uintptr_t)g64.p, mb_mr->rkey);
-		tb[i] = now_s() - t0;
-		if (st)
-			bail("RDMA WRITE into the 64 KiB-run MR: status %d", st);
+		for (int k = 0; k < prof_n; k++) {
+			reg_or_bail(prof_side, gbig.p, prof_len, &r);
+			dereg_or_bail(prof_side, &r);
+		}
+		t1 = now_s();
+		if (perf > 0) {
+			int st;
+
+			kill(perf, SIGINT);
+			if (waitpid(perf, &st, 0) != perf || access(perf_out, R_OK) ||
+			    (WIFEXITED(st) && WEXITSTATUS(st) == 127))
+				bail("perf record failed (is perf installed? Debian: linux-perf)");
+		}
+		printf("profile %s %zu bytes: %d reg+dereg, %.3f ms each (wall)\n",
+		       side_name[prof_side], prof_len, prof_n, (t1 - t0) * 1e3 / prof_n);
+		rounds = 0;
 	}
-	if (memcmp(g1.p, h, XFER) || memcmp(g64.p, h, XFER))
-		bail("the RDMA WRITEs did not land");
-	ma = median(ta, rounds);
-	mb = median(tb, rounds);
-	printf("bench: RDMA WRITE %lu KiB into a %lu KiB GPU MR: %lld scatter entry(ies) %.2f MB/s, %lld entries %.2f MB/s (median); speed-up from coalescing %.2f\n",
-	       XFER / 1024, LEN / 1024, e1 - e0, XFER / ma / 1e6, eb, XFER / mb / 1e6, mb / ma);
-	ibv_dereg_mr(ma_mr);
-	ibv_dereg_mr(mb_mr);
+	printf("info rounds %d\n", rounds);
+	printf("info large_bytes %zu\n", large);
+	printf("info dma_device %s\n", dev);
+	printf("info contig_bytes_latency 2097152\n");
+	printf("info guest_cpus %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
+	fflush(stdout);
+	run("echo \"info dma_peer $(dmesg | sed -n 's/.*gpusim_testclient: DMA peer is //p' | tail -n 1)\"; "
+	    "echo \"info guest_kernel $(uname -r) $(uname -v)\"; "
+	    "echo \"info guest_mem_kb $(sed -n 's/^MemTotal: *\\([0-9]*\\).*/\\1/p' /proc/meminfo)\"");
+	diag("%d rounds; sides in a rotating order; %zu MiB the large size; DMA device %s",
+	     rounds, large / MIB, dev);
+
+	for (int round = 0; round < rounds; round++) {
+		for (int k = 0; k < NSIDES; k++) {
+			int s = (round + k) % NSIDES;
+
+			run_side(s, round);
+		}
+		diag("round %d done (%.0f s)", round, now_s() - t_start);
+	}
+
+	/* Tidy up: nothing may be left pinned, mapped or registered. */
 	ibv_dereg_mr(hmr);
-	gmem_free(fd, &g1);
-	gmem_drop(&g1);
-	gmem_free(fd, &g64);
-	gmem_drop(&g64);
 	conn_close(&c);
-	close(fd);
-	if (!wait_for(all_idle, 30))
-		bail("something is still registered or pinned after the benchmark");
+	gmem_free(gfd, &gbig);
+	gmem_drop(&gbig);
+	gmem_free(gfd, &gcontig);
+	gmem_drop(&gcontig);
+	gmem_free(gfd, &gfrag);
+	gmem_drop(&gfrag);
+	close(tcfd);
+	if (!wait_for(idle_all, 30))
+		bail("something is still pinned, mapped or registered after the benchmark");
+	for (int s = 0; s < 2; s++)
+		if (loaded(side_mod[s]) && run("rmmod %s", side_mod[s]))
+			bail("cannot unload %s", side_mod[s]);
+	close(gfd);
+	gs_knob("max_alloc_bytes", "268435456");
+	run("rmmod gpusim_testclient");
+	printf("info elapsed_s %.1f\n", now_s() - t_start);
+
+	if (tap_mode) {
+		static const char *const figs[] = {
+			"reg_s", "dereg_s", "regdereg_s", "gpu_pins_per_reg",
+			"gpu_pages_pinned_per_reg", "free_revoke_s", "thr2_over_thr1",
+			"kmem_per_reg_bytes", "sg_entries_per_gib",
+		};
+
+		for (size_t f = 0; f < sizeof(figs) / sizeof(figs[0]); f++)
+			for (int s = 0; s < NSIDES; s++) {
+				int n = 0, good = 1;
+
+				for (int i = 0; i < nser; i++) {
+					if (ser[i]->side != s || strcmp(ser[i]->fig, figs[f]))
+						continue;
+					n += ser[i]->n;
+					for (int j = 0; j < ser[i]->n; j++)
+						good &= isfinite(ser[i]->v[j]);
+				}
+				ok(n > 0 && good, "%s measured for %s (%d samples)", figs[f],
+				   side_name[s], n);
+			}
+		for (int i = 0; i < nser; i++)
+			if (!strcmp(ser[i]->fig, "munmap_revoke_s"))
+				ok(ser[i]->n > 0 && ser[i]->side == S_PM,
+				   "munmap -> revoked measured for peermem: median %.6f s",
+				   median(ser[i]));
+		ok(1, "every registration undone, nothing pinned or mapped, modules unloaded");
+		return finish();
+	}
 	printf("bench: done, nothing left registered or pinned\n");
 	return 0;
 }

@@ -54,6 +54,11 @@ pub(crate) static STALE_CALLS: Knob = Knob::new(0);
 pub(crate) static DMA_REAPED: Knob = Knob::new(0);
 /// Failures injected through `fail/*`.
 pub(crate) static INJECTED: Knob = Knob::new(0);
+/// GPU pages in the page tables handed out by get_pages* (total): what
+/// clients pinned, counting a page once per pin.
+pub(crate) static PAGES_PINNED: Knob = Knob::new(0);
+/// GPU pages in the DMA mappings handed out by dma_map_pages (total).
+pub(crate) static PAGES_DMA_MAPPED: Knob = Knob::new(0);
 
 /// Per-entry-point call counter and failure injection.
 pub(crate) struct Entry {
@@ -176,7 +181,14 @@ fn write_errno(k: &Knob, r: &mut UserSliceReader) -> Result {
 /// counters, which always describe what exists).
 fn write_reset(_k: &Knob, r: &mut UserSliceReader) -> Result {
     let _ = parse_u64(r);
-    for k in [&FREE_CALLBACKS, &STALE_CALLS, &DMA_REAPED, &INJECTED] {
+    for k in [
+        &FREE_CALLBACKS,
+        &STALE_CALLS,
+        &DMA_REAPED,
+        &INJECTED,
+        &PAGES_PINNED,
+        &PAGES_DMA_MAPPED,
+    ] {
         k.store(0, Relaxed);
     }
     for e in ENTRIES {
@@ -199,7 +211,7 @@ const ENTRIES: [(&CStr, &Entry); 7] = [
 ];
 
 fn populate(dir: &ScopedDir<'_, '_>) {
-    let ro: [(&CStr, &'static Knob); 10] = [
+    let ro: [(&CStr, &'static Knob); 12] = [
         (c"live_allocs", &LIVE_ALLOCS),
         (c"live_mem_bytes", &LIVE_MEM_BYTES),
         (c"live_pins", &LIVE_PINS),
@@ -210,6 +222,8 @@ fn populate(dir: &ScopedDir<'_, '_>) {
         (c"stale_calls", &STALE_CALLS),
         (c"dma_reaped", &DMA_REAPED),
         (c"injected_failures", &INJECTED),
+        (c"pages_pinned", &PAGES_PINNED),
+        (c"pages_dma_mapped", &PAGES_DMA_MAPPED),
     ];
     for (name, k) in ro {
         dir.read_callback_file(name, k, &show);

@@ -568,6 +568,7 @@ pub(crate) fn get_pages(
     pin.pt.gpu_uuid = pin.uuid.as_mut_ptr();
     let pt = ptr::from_mut(&mut pin.pt);
     st.pins.push(pin, GFP_KERNEL)?;
+    PAGES_PINNED.add(entries as u64, Relaxed);
     Ok(pt)
 }
 
@@ -655,6 +656,7 @@ pub(crate) unsafe fn dma_map(
     d.m.dma_addresses = d.addrs.as_mut_ptr();
     let m = ptr::from_mut(&mut d.m);
     pin.dmas.push(d, GFP_KERNEL)?;
+    PAGES_DMA_MAPPED.add(n as u64, Relaxed);
     Ok(m)
 }
 

@@ -58,8 +58,11 @@ struct tc_file {
 	u32 next_id;
 };
 
-/* The PCI device used as DMA peer: the first one with a DMA mask. */
+/* The PCI device used as DMA peer: peer=, else the first one with a DMA mask. */
 static struct pci_dev *tc_peer;
+static char *peer;
+module_param(peer, charp, 0444);
+MODULE_PARM_DESC(peer, "PCI name (e.g. 0000:00:04.0) of the device to DMA-map for; default: the first PCI device with a DMA mask");
 
 /* Pointers that are no PCI device of this system, for GPUSIM_TC_*_PEER. */
 #define TC_NOT_A_PEER (GPUSIM_TC_NULL_PEER | GPUSIM_TC_BOGUS_PEER | \
@@ -140,6 +143,28 @@ static unsigned int tc_runs_dma(struct nvidia_p2p_dma_mapping *m)
 	return runs;
 }
 
+/* DMA-contiguous runs, split at @dev's max segment size and boundary. */
+static unsigned int tc_segs_dma(struct nvidia_p2p_dma_mapping *m, struct device *dev)
+{
+	u64 max = dma_get_max_seg_size(dev), mask = dma_get_seg_boundary(dev);
+	u64 start = 0, len = 0;
+	unsigned int i, segs = 0;
+
+	for (i = 0; i < m->entries; i++) {
+		u64 a = m->dma_addresses[i];
+
+		if (len && a == start + len && len + TC_GPU_PAGE <= max &&
+		    (start | mask) == ((a + TC_GPU_PAGE - 1) | mask)) {
+			len += TC_GPU_PAGE;
+			continue;
+		}
+		segs++;
+		start = a;
+		len = TC_GPU_PAGE;
+	}
+	return segs;
+}
+
 static void tc_fill(struct tc_reg *r, struct gpusim_tc_req *q)
 {
 	q->id = r->id;
@@ -156,10 +181,14 @@ static void tc_fill(struct tc_reg *r, struct gpusim_tc_req *q)
 			q->dma_entries = r->dma->entries;
 			q->dma0 = r->dma->entries ? r->dma->dma_addresses[0] : 0;
 			q->dma_runs = tc_runs_dma(r->dma);
+			q->dma_segs = tc_peer ? tc_segs_dma(r->dma, &tc_peer->dev)
+					      : q->dma_runs;
 			q->version_ok &= NVIDIA_P2P_DMA_MAPPING_VERSION_COMPATIBLE(r->dma);
 		}
 	}
 }
+
+static int tc_put_locked(struct tc_reg *r);
 
 static long tc_get(struct tc_file *tc, struct gpusim_tc_req *q)
 {
@@ -201,6 +230,23 @@ static long tc_get(struct tc_file *tc, struct gpusim_tc_req *q)
 		return 0;
 	}
 	r->pinned = true;
+	if (q->flags & GPUSIM_TC_MAP) {
+		q->ret = tc_peer ? nvidia_p2p_dma_map_pages(tc_peer, r->pt, &r->dma)
+				 : -ENODEV;
+		if (q->ret == 0 && !r->dma)
+			q->ret = -EPROTO;
+		if (q->ret) {
+			/* A failed map leaves nothing mapped: unpin again. */
+			r->dma = NULL;
+			if (tc_put_locked(r) == 0) {
+				mutex_unlock(&tc->lock);
+				kfree(r);
+				q->id = 0;
+				return 0;
+			}
+			/* The free callback is pending: keep r for it (FORGET). */
+		}
+	}
 	list_add_tail(&r->node, &tc->regs);
 	tc_fill(r, q);
 	mutex_unlock(&tc->lock);
@@ -224,12 +270,18 @@ static int tc_put_locked(struct tc_reg *r)
 	return ret;
 }
 
-/* Put if pinned, then wait until no free callback can still come. */
-static void tc_retire(struct tc_file *tc, struct tc_reg *r)
+/*
+ * Put if pinned (unmapping a live DMA mapping first if @unmap), then wait
+ * until no free callback can still come.
+ */
+static void tc_retire(struct tc_file *tc, struct tc_reg *r, bool unmap)
 {
 	int ret = 0;
 
 	mutex_lock(&tc->lock);
+	if (r->pinned && unmap && r->dma &&
+	    nvidia_p2p_dma_unmap_pages(tc_peer, r->pt, r->dma) == 0)
+		r->dma = NULL;
 	if (r->pinned)
 		ret = tc_put_locked(r);
 	mutex_unlock(&tc->lock);
@@ -374,7 +426,7 @@ static long tc_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		mutex_unlock(&tc->lock);
 		if (!r)
 			return -ENOENT;
-		tc_retire(tc, r);
+		tc_retire(tc, r, q.flags & GPUSIM_TC_UNMAP);
 		kfree(r);
 		break;
 	default:
@@ -407,7 +459,7 @@ static int tc_release(struct inode *inode, struct file *f)
 
 	list_for_each_entry_safe(r, tmp, &tc->regs, node) {
 		list_del(&r->node);
-		tc_retire(tc, r);
+		tc_retire(tc, r, false);
 		kfree(r);
 	}
 	mutex_destroy(&tc->lock);
@@ -433,14 +485,22 @@ static int __init tc_init(void)
 	struct pci_dev *pdev = NULL;
 
 	while ((pdev = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, pdev))) {
-		if (pdev->dev.dma_mask && *pdev->dev.dma_mask) {
+		if (peer && *peer ? !strcmp(pci_name(pdev), peer) :
+		    pdev->dev.dma_mask && *pdev->dev.dma_mask) {
 			tc_peer = pci_dev_get(pdev);
 			pci_dev_put(pdev);
 			break;
 		}
 	}
+	if (peer && *peer && !tc_peer) {
+		pr_err("gpusim_testclient: no PCI device %s (peer=); give the name of one in /sys/bus/pci/devices\n",
+		       peer);
+		return -ENODEV;
+	}
 	if (tc_peer)
-		pr_info("gpusim_testclient: DMA peer is %s\n", pci_name(tc_peer));
+		pr_info("gpusim_testclient: DMA peer is %s (max segment %u bytes, boundary mask %#lx)\n",
+			pci_name(tc_peer), dma_get_max_seg_size(&tc_peer->dev),
+			dma_get_seg_boundary(&tc_peer->dev));
 	else
 		pr_info("gpusim_testclient: no PCI device with a DMA mask; DMA commands return ENODEV\n");
 	return misc_register(&tc_misc);

@@ -10,6 +10,13 @@
  * when the command could be carried out (or an errno such as ENOENT for an
  * unknown registration id), and @ret carries the return value of the
  * nvidia_p2p_* call it made.
+ *
+ * The DMA peer is the PCI device named by the module parameter peer= (e.g.
+ * peer=0000:00:04.0, the rig's RDMA DMA device), by default the first PCI
+ * device with a DMA mask. GET with GPUSIM_TC_MAP and FORGET with
+ * GPUSIM_TC_UNMAP pin + map and unmap + unpin in one call each: what a
+ * client does for one registration, with nothing in between (the floor of
+ * scripts/bench.sh).
  */
 #ifndef GPUSIM_TESTCLIENT_H
 #define GPUSIM_TESTCLIENT_H
@@ -23,6 +30,10 @@
 #define GPUSIM_TC_NULL_DATA	0x0004	/* pass NULL callback data */
 #define GPUSIM_TC_TOKEN		0x0008	/* pass p2p_token = 1 */
 #define GPUSIM_TC_BAD_FLAGS	0x0010	/* persistent: pass flags = 1 */
+#define GPUSIM_TC_MAP		0x0020	/* then nvidia_p2p_dma_map_pages for the
+					 * DMA peer in the same call (@ret: the
+					 * first call that failed; a failed map
+					 * puts the pages again) */
 /* what the free callback does (GET flags) */
 #define GPUSIM_TC_CB_UNMAP	0x0100	/* dma_unmap_pages + free_dma_mapping */
 #define GPUSIM_TC_CB_PUT	0x0200	/* try nvidia_p2p_put_pages (must fail) */
@@ -52,7 +63,10 @@ struct gpusim_tc_req {
 	__u32 dma_runs;		/* out: DMA-contiguous runs */
 	__s32 cb_ret;		/* out: what the callback's extra call returned */
 	__u32 cb_delay_ms;	/* in: GET: the callback sleeps this long */
-	__u32 pad;
+	__u32 dma_segs;		/* out: DMA-contiguous runs split where the DMA
+				 * peer's max segment size or segment boundary
+				 * requires: the fewest scatter entries a
+				 * client can hand that device */
 };
 
 #define GPUSIM_TC_MAGIC 'g'
@@ -67,7 +81,11 @@ struct gpusim_tc_req {
 #define GPUSIM_TC_WRITE		_IOWR(GPUSIM_TC_MAGIC, 7, struct gpusim_tc_req)
 /* pin_user_pages_fast(@va, FOLL_WRITE) on one page: @ret is its result */
 #define GPUSIM_TC_GUP		_IOWR(GPUSIM_TC_MAGIC, 8, struct gpusim_tc_req)
-/* forget a registration (puts it first if still pinned) */
+/* forget a registration (puts it first if still pinned; with @flags
+ * GPUSIM_TC_UNMAP, nvidia_p2p_dma_unmap_pages its DMA mapping before that,
+ * as a client does, instead of leaving it for gpusim to reap) */
 #define GPUSIM_TC_FORGET	_IOWR(GPUSIM_TC_MAGIC, 9, struct gpusim_tc_req)
+/* @flags for GPUSIM_TC_FORGET */
+#define GPUSIM_TC_UNMAP		0x0040
 
 #endif /* GPUSIM_TESTCLIENT_H */

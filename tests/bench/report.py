@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Turn bench_peermem's output into bench-results.json, a table and a plot.
+
+    report.py results --raw GUEST_OUTPUT --json OUT.json [--meta KEY=VALUE]...
+    report.py table JSON                 the table of one run (stdout)
+    report.py plot JSON PNG              latency vs size, log-log (matplotlib)
+    report.py distortion PLAIN DEBUG     the debug kernel's ratios beside the plain one's
+
+scripts/bench.sh runs all of them. Only the standard library is needed but
+for the plot, which needs matplotlib (Debian's python3-matplotlib).
+"""
+import json
+import math
+import sys
+
+SIDES = ["peermem", "nvidia-peermem", "floor"]
+SIZES = ["64K", "2M", "64M"]  # and the large size, from the run's info
+
+# (figure, param or None for every param, label, unit, better)
+#   unit: "s" (shown in us/ms), "count", "bytes", "x" (a ratio)
+#   better: "low" or "high" (for the reader; ratios are side / other side)
+FIGURES = [
+    ("regdereg_s", "SIZES", "ibv_reg_mr + ibv_dereg_mr {p}", "s", "low"),
+    ("reg_s", "2M", "ibv_reg_mr alone 2 MiB", "s", "low"),
+    ("dereg_s", "2M", "ibv_dereg_mr alone 2 MiB", "s", "low"),
+    ("core_reg_s", "2M", "  core + client only (umem_test), reg 2 MiB", "s", "low"),
+    ("core_dereg_s", "2M", "  core + client only (umem_test), dereg 2 MiB", "s", "low"),
+    ("gpu_pins_per_reg", "2M", "GPU pins (get_pages calls) per registration", "count", "low"),
+    ("gpu_pages_pinned_per_reg", "2M", "GPU pages pinned per 2 MiB registration", "count", "low"),
+    ("gpu_pages_dma_mapped_per_reg", "2M", "GPU pages DMA-mapped per 2 MiB registration", "count", "low"),
+    ("free_revoke_s", "1", "GPU free -> MR revoked, 1 live MR", "s", "low"),
+    ("free_revoke_s", "64", "GPU free -> MR revoked, 64 live MRs", "s", "low"),
+    ("free_ioctl_s", "1", "  of which GPUSIM_IOC_FREE itself, 1 MR", "s", "low"),
+    ("free_ioctl_s", "64", "  of which GPUSIM_IOC_FREE itself, 64 MRs", "s", "low"),
+    ("munmap_revoke_s", "1", "munmap -> MR revoked", "s", "low"),
+    ("thr1_ops_per_s", "2M", "registrations/s, 1 thread (2 MiB reg+dereg)", "count", "high"),
+    ("thr2_over_thr1", "2M", "2 threads / 1 thread throughput", "x", "high"),
+    ("kmem_per_reg_bytes", "2M", "kernel memory per live registration 2 MiB", "bytes", "low"),
+    ("kmem_per_reg_bytes", "LARGE", "kernel memory per live registration {p}", "bytes", "low"),
+    ("slab_per_reg_bytes", "2M", "  of which slab, 2 MiB", "bytes", "low"),
+    ("slab_per_reg_bytes", "LARGE", "  of which slab, {p}", "bytes", "low"),
+    ("core_kmem_per_reg_bytes", "2M", "  core + client only (umem_test), 2 MiB", "bytes", "low"),
+    ("core_kmem_per_reg_bytes", "LARGE", "  core + client only (umem_test), {p}", "bytes", "low"),
+    ("sg_entries_per_gib", "contig", "scatter entries per GiB, 4 MiB-contiguous", "count", "low"),
+    ("sg_entries_per_gib", "64K", "scatter entries per GiB, 64 KiB-fragmented", "count", "low"),
+    ("source_dma_runs_per_gib", "contig", "  source's DMA runs per GiB, 4 MiB-contiguous (no device limit)", "count", "low"),
+    ("source_dma_runs_per_gib", "64K", "  source's DMA runs per GiB, 64 KiB-fragmented (no device limit)", "count", "low"),
+]
+
+
+def pct(v, q):
+    v = sorted(v)
+    if not v:
+        return float("nan")
+    k = (len(v) - 1) * q
+    f = math.floor(k)
+    c = math.ceil(k)
+    return v[f] + (v[c] - v[f]) * (k - f)
+
+
+def stats(v):
+    v = [x for x in v if x is not None and not math.isnan(x)]
+    if not v:
+        return None
+    return {"n": len(v), "median": pct(v, 0.5), "p25": pct(v, 0.25), "p75": pct(v, 0.75),
+            "min": min(v), "max": max(v)}
+
+
+def size_label(p):
+    if p.endswith("M") and int(p[:-1]) >= 1024 and int(p[:-1]) % 1024 == 0:
+        return "%d GiB" % (int(p[:-1]) // 1024)
+    return p.replace("K", " KiB").replace("M", " MiB")
+
+
+def size_bytes(p):
+    return int(p[:-1]) * (1024 if p.endswith("K") else 1024 * 1024)
+
+
+def large_param(doc):
+    return "%dM" % (int(doc["guest"]["large_bytes"]) // (1024 * 1024))
+
+
+def rows(doc):
+    """Every (figure, param, label, unit, better) of the table, in order."""
+    large = large_param(doc)
+    out = []
+    for fig, param, label, unit, better in FIGURES:
+        params = SIZES + [large] if param == "SIZES" else [large if param == "LARGE" else param]
+        for p in params:
+            out.append((fig, p, label.format(p=size_label(p)), unit, better))
+    return out
+
+
+def summarize(doc):
+    by = {}
+    for s in doc["samples"]:
+        by.setdefault((s["figure"], s["param"]), {}).setdefault(s["side"], []).append(s["value"])
+    summ = {}
+    for (fig, p), sides in by.items():
+        e = {side: stats(v) for side, v in sides.items()}
+        summ["%s/%s" % (fig, p)] = e
+    # Kernel memory attributable to the client, core and RDMA driver: the
+    # side's per-registration memory minus the floor's (the source's own).
+    for key in list(summ):
+        for pre in ("kmem_per_reg_bytes/", "core_kmem_per_reg_bytes/"):
+            fkey = "kmem_per_reg_bytes/" + key.split("/", 1)[1]
+            if not key.startswith(pre) or "floor" not in summ.get(fkey, {}):
+                continue
+            fl = summ[fkey]["floor"]["median"]
+            att = {}
+            for side in ("peermem", "nvidia-peermem"):
+                if side in summ[key]:
+                    att[side] = {"median": summ[key][side]["median"] - fl}
+            summ[key.replace("kmem_per_reg_bytes", "kmem_above_floor_bytes")] = att
+    return summ
+
+
+def ratio(summ, key, a, b):
+    e = summ.get(key, {})
+    if not e.get(a) or not e.get(b):
+        return None
+    x, y = e[a]["median"], e[b]["median"]
+    if y == 0:
+        return None
+    return x / y
+
+
+def goals(doc):
+    summ = doc["summary"]
+    large = large_param(doc)
+    g = []
+
+    def add(name, values, target, cmp, note=""):
+        vals = {k: v for k, v in values.items() if v is not None}
+        met = bool(vals) and all((v <= target) if cmp == "<=" else (v >= target) if cmp == ">=" else (v == target)
+                                 for v in vals.values())
+        g.append({"goal": name, "target": "%s %s" % (cmp, target), "values": vals,
+                  "met": met, "note": note})
+
+    regs = {p: ratio(summ, "regdereg_s/" + p, "peermem", "nvidia-peermem") for p in ("2M", "64M", large)}
+    add("registration (reg+dereg) <= 0.55x nvidia-peermem at 2 MiB and above", regs, 0.55, "<=")
+    fl = {p: ratio(summ, "regdereg_s/" + p, "peermem", "floor") for p in ("2M", "64M", large)}
+    add("registration (reg+dereg) <= 1.10x the floor at 2 MiB and above", fl, 1.10, "<=")
+    fr = {n: ratio(summ, "free_revoke_s/" + n, "peermem", "nvidia-peermem") for n in ("1", "64")}
+    add("GPU free -> revoked <= 1.0x nvidia-peermem", fr, 1.0, "<=")
+    th = {"peermem": (summ.get("thr2_over_thr1/2M", {}).get("peermem") or {}).get("median")}
+    add("2-thread throughput >= 1.8x one thread", th, 1.8, ">=")
+    mem = {}
+    for pre, tag in (("kmem_above_floor_bytes/", ""), ("core_kmem_above_floor_bytes/", " core+client")):
+        for p in ("2M", large):
+            a = summ.get(pre + p, {})
+            if "peermem" in a and "nvidia-peermem" in a and a["nvidia-peermem"]["median"] > 0:
+                mem[p + tag] = a["peermem"]["median"] / a["nvidia-peermem"]["median"]
+    add("kernel memory per registration (above the floor) <= 1/4 of nvidia-peermem's", mem, 0.25, "<=")
+    sg = {}
+    for w in ("contig", "64K"):
+        pm = (summ.get("sg_entries_per_gib/" + w, {}).get("peermem") or {}).get("median")
+        runs = (summ.get("sg_entries_per_gib/" + w, {}).get("floor") or {}).get("median")
+        if pm is not None and runs:
+            sg[w] = pm / runs
+    add("scatter entries = the contiguous runs the source hands out (peermem / runs)", sg, 1.0, "==")
+    return g
+
+
+def fmt_val(v, unit):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if unit == "s":
+        if v < 1e-3:
+            return "%.0f us" % (v * 1e6)
+        if v < 1:
+            return "%.2f ms" % (v * 1e3)
+        return "%.2f s" % v
+    if unit == "bytes":
+        if abs(v) >= 1 << 20:
+            return "%.2f MiB" % (v / (1 << 20))
+        if abs(v) >= 1024:
+            return "%.1f KiB" % (v / 1024)
+        return "%.0f B" % v
+    if unit == "x":
+        return "%.2fx" % v
+    if abs(v - round(v)) < 1e-9:
+        return "%d" % round(v)
+    return "%.2f" % v
+
+
+def cell(e, unit):
+    if not e:
+        return "-"
+    m = e["median"]
+    if "p25" not in e:
+        return fmt_val(m, unit)
+    spread = ""
+    if m and e["n"] > 1 and e["p75"] != e["p25"]:
+        spread = " ±%.0f%%" % (50 * (e["p75"] - e["p25"]) / abs(m))
+    return fmt_val(m, unit) + spread
+
+
+def rfmt(r):
+    return "-" if r is None else "%.2f" % r
+
+
+def table(doc, markdown=False):
+    summ = doc["summary"]
+    head = ["figure", "peermem", "nvidia-peermem", "floor", "pm/nv", "pm/floor", "nv/floor"]
+    lines = []
+    for fig, p, label, unit, better in rows(doc):
+        key = "%s/%s" % (fig, p)
+        e = summ.get(key, {})
+        if not e:
+            continue
+        lines.append([label] + [cell(e.get(s), unit) for s in SIDES] +
+                     [rfmt(ratio(summ, key, "peermem", "nvidia-peermem")),
+                      rfmt(ratio(summ, key, "peermem", "floor")),
+                      rfmt(ratio(summ, key, "nvidia-peermem", "floor"))])
+        if fig in ("kmem_per_reg_bytes", "core_kmem_per_reg_bytes"):
+            a = summ.get(key.replace("kmem_per_reg_bytes", "kmem_above_floor_bytes"), {})
+            pm = a.get("peermem", {}).get("median")
+            nv = a.get("nvidia-peermem", {}).get("median")
+            lines.append(["  above the floor (client + core" + (" + rxe)" if fig[0] == "k" else ")"),
+                          fmt_val(pm, "bytes"),
+                          fmt_val(nv, "bytes"), "-",
+                          rfmt(pm / nv if pm is not None and nv else None), "-", "-"])
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        out += ["| " + " | ".join(c.strip() if i == 0 else c for i, c in enumerate(l)) + " |" for l in lines]
+        return "\n".join(out)
+    w = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
+    out = ["  ".join(h.ljust(w[i]) if i == 0 else h.rjust(w[i]) for i, h in enumerate(head))]
+    out.append("  ".join("-" * x for x in w))
+    for l in lines:
+        out.append("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(l)))
+    return "\n".join(out)
+
+
+def reference_text(doc, markdown=False):
+    summ = doc["summary"]
+    out = []
+    h = {f: (summ.get(f + "/2M", {}).get("host")) for f in ("regdereg_s", "reg_s", "dereg_s")}
+    if h["regdereg_s"]:
+        out.append("reference: ibv_reg_mr + ibv_dereg_mr of 2 MiB host memory (rxe and uverbs, no peer client): "
+                   "%s (reg %s, dereg %s)" % (cell(h["regdereg_s"], "s"), cell(h["reg_s"], "s"),
+                                             cell(h["dereg_s"], "s")))
+    if doc["guest"].get("dma_peer"):
+        out.append("DMA device: %s" % doc["guest"]["dma_peer"])
+    return "\n".join(("- " + l) if markdown else l for l in out)
+
+
+def goals_text(doc, markdown=False):
+    out = []
+    for g in doc["goals"]:
+        vals = ", ".join("%s %.2f" % (k, v) for k, v in g["values"].items()) or "not measured"
+        verdict = "met" if g["met"] else "MISSED"
+        out.append(("- **%s**: %s (%s)" if markdown else "goal %s: %s (%s)") % (verdict, g["goal"], vals))
+    for f in doc.get("facts", []):
+        out.append(("- %s" if markdown else "fact: %s") % f)
+    return "\n".join(out)
+
+
+def cmd_results(argv):
+    raw = out = None
+    meta = {}
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--raw":
+            raw = argv[i + 1]
+            i += 2
+        elif argv[i] == "--json":
+            out = argv[i + 1]
+            i += 2
+        elif argv[i] == "--meta":
+            k, _, v = argv[i + 1].partition("=")
+            meta[k] = v
+            i += 2
+        else:
+            sys.exit("report.py results: unknown argument %s" % argv[i])
+    samples, guest, facts = [], {}, []
+    with open(raw) as f:
+        for line in f:
+            w = line.split()
+            if len(w) == 6 and w[0] == "sample":
+                samples.append({"figure": w[1], "param": w[2], "side": w[3], "round": int(w[4]),
+                                "value": float(w[5])})
+            elif len(w) >= 2 and w[0] == "info":
+                if w[1] == "munmap_revoke":
+                    facts.append("munmap -> revoked, %s: %s" % (w[2], " ".join(w[3:])))
+                else:
+                    guest[w[1]] = " ".join(w[2:])
+    if not samples:
+        sys.exit("report.py: no samples in %s" % raw)
+    doc = {"schema": 1, "what": "scripts/bench.sh: peermem vs nvidia-peermem vs the floor (docs/benchmarks.md)"}
+    doc.update(meta)
+    doc["guest"] = guest
+    doc["sides"] = SIDES
+    doc["facts"] = facts
+    doc["samples"] = samples
+    doc["summary"] = summarize(doc)
+    doc["goals"] = goals(doc)
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+def cmd_plot(path, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(path) as f:
+        doc = json.load(f)
+    summ = doc["summary"]
+    params = SIZES + [large_param(doc)]
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    style = {"peermem": ("o-", "C0"), "nvidia-peermem": ("s-", "C1"), "floor": ("^--", "C2")}
+    for side in SIDES:
+        xs, ys, lo, hi = [], [], [], []
+        for p in params:
+            e = summ.get("regdereg_s/" + p, {}).get(side)
+            if not e:
+                continue
+            xs.append(size_bytes(p))
+            ys.append(e["median"])
+            lo.append(e["median"] - e["p25"])
+            hi.append(e["p75"] - e["median"])
+        if xs:
+            label = side + (" (get_pages + dma_map_pages, undone)" if side == "floor" else "")
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt=style[side][0], color=style[side][1],
+                        capsize=3, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks([size_bytes(p) for p in params])
+    ax.set_xticklabels([size_label(p) for p in params])
+    ax.set_xlabel("registered GPU memory")
+    ax.set_ylabel("ibv_reg_mr + ibv_dereg_mr (s, median, bars: p25-p75)")
+    k = doc.get("kernel_variant", "?")
+    ax.set_title("Registration latency in the rig (%s kernel, QEMU %s, %s rounds)"
+                 % (k, doc.get("accel", "?"), doc.get("rounds", "?")), fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, "%s  commit %s" % (doc.get("date", ""), doc.get("commit", "")[:12]),
+             fontsize=7, alpha=0.6)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def cmd_distortion(plain, debug, markdown=False):
+    with open(plain) as f:
+        a = json.load(f)
+    with open(debug) as f:
+        b = json.load(f)
+    head = ["figure", "pm/nv plain", "pm/nv debug", "pm/floor plain", "pm/floor debug"]
+    lines = []
+    for fig, p, label, unit, better in rows(a):
+        key = "%s/%s" % (fig, p)
+        kb = key
+        if p == large_param(a):
+            kb = "%s/%s" % (fig, large_param(b))
+        r = [ratio(a["summary"], key, "peermem", "nvidia-peermem"),
+             ratio(b["summary"], kb, "peermem", "nvidia-peermem"),
+             ratio(a["summary"], key, "peermem", "floor"),
+             ratio(b["summary"], kb, "peermem", "floor")]
+        if all(x is None for x in r):
+            continue
+        lines.append([label] + [rfmt(x) for x in r])
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        out += ["| " + " | ".join(l) + " |" for l in lines]
+        return "\n".join(out)
+    w = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(l))
+                     for l in [head] + lines)
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    cmd, argv = sys.argv[1], sys.argv[2:]
+    md = "--markdown" in argv
+    argv = [a for a in argv if a != "--markdown"]
+    if cmd == "results":
+        cmd_results(argv)
+    elif cmd == "table" and len(argv) == 1:
+        with open(argv[0]) as f:
+            doc = json.load(f)
+        print(table(doc, md))
+        print()
+        print(reference_text(doc, md))
+        print()
+        print(goals_text(doc, md))
+    elif cmd == "plot" and len(argv) == 2:
+        cmd_plot(argv[0], argv[1])
+    elif cmd == "distortion" and len(argv) == 2:
+        print(cmd_distortion(argv[0], argv[1], md))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
