@@ -56,7 +56,6 @@ static const char *const side_def[2] = { "peermem.ko", "tests/nvpeermem/nvidia-p
 #define FREE_LEN (NFREE_MRS * SLICE)	/* 4 MiB */
 #define SG_LEN (64 * MIB)		/* scatter entries: per registration */
 #define MAXS 4096			/* samples per series */
-#define BENCH_UMEM_TEST "/sys/kernel/debug/peer_memory/umem_test"
 
 static int rounds = 10, tap_mode, smoke;
 /* --profile: only N reg+dereg of BYTES on SIDE, for a profiler around the run. */
@@ -221,8 +220,6 @@ static void dereg_or_bail(int s, struct reg *r)
 	if (side_dereg(s, tcfd, r))
 		bail("%s: deregistration failed", side_name[s]);
 }
-
-static int umem_get(int fd, void *addr, size_t len);
 
 /* ---- RDMA WRITE with a busy-polled completion ------------------------- */
 
@@ -551,8 +548,8 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 			reg_or_bail(s, p, len, &r[i]);
 			continue;
 		}
-		ufd[i] = open(BENCH_UMEM_TEST, O_RDWR);
-		if (ufd[i] < 0 || umem_get(ufd[i], p, len))
+		ufd[i] = open(UMEM_TEST, O_RDWR);
+		if (ufd[i] < 0 || umem_get(ufd[i], RXE_DEV, p, len, "mr"))
 			bail("%s: umem_test of %zu bytes failed", side_name[s], len);
 	}
 	meminfo(&b, 300);
@@ -575,10 +572,13 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
  * Scatter entries per registered GiB, for 64 MiB registrations of memory
  * in one run per 4 MiB (contig_bytes 0: gpusim's largest run) and in one
  * run per 64 KiB GPU page. The MR sides: the core's num_reg_pages (the DMA
- * entries of the table the client handed over). The floor: what the
- * source hands out as the device can take it: the DMA-contiguous runs of
- * its mapping, split at the DMA device's max segment size and boundary
- * (also recorded: the runs without that split, and the physical runs).
+ * entries of the table the client handed over). The floor: the DMA-
+ * contiguous runs of its mapping, split at the DMA device's max segment
+ * size and boundary (what the device can take). For every side also the
+ * bus-contiguous runs of the very mapping gpusim handed out for this
+ * registration (its dma_runs_mapped counter): behind the IOMMU each mapping
+ * gets its own bus addresses, so the runs differ from mapping to mapping,
+ * and a client is judged against the runs it was given.
  */
 static void fig_sg(int s, int round)
 {
@@ -588,19 +588,20 @@ static void fig_sg(int s, int round)
 	for (int i = 0; i < 2; i++) {
 		struct peer_stats p0, p1;
 		struct reg r;
+		long long runs0 = gs("dma_runs_mapped");
 		double v;
 
 		if (s != S_FLOOR && peer_stats("nv_mem", &p0))
 			bail("no core counters for nv_mem");
 		reg_or_bail(s, gm[i]->p, SG_LEN, &r);
+		sample("source_dma_runs_per_gib", what[i], s, round,
+		       (gs("dma_runs_mapped") - runs0) * (double)(1024 * MIB / SG_LEN));
 		if (s != S_FLOOR) {
 			peer_stats("nv_mem", &p1);
 			v = p1.reg_pages - p0.reg_pages;
 		} else {
 			/* What the device can take: runs split at its segment limits. */
 			v = r.q.dma_segs;
-			sample("source_dma_runs_per_gib", what[i], s, round,
-			       r.q.dma_runs * (double)(1024 * MIB / SG_LEN));
 			sample("source_phys_runs_per_gib", what[i], s, round,
 			       r.q.runs * (double)(1024 * MIB / SG_LEN));
 			sample("source_dma_entries_per_gib", what[i], s, round,
@@ -609,19 +610,6 @@ static void fig_sg(int s, int round)
 		sample("sg_entries_per_gib", what[i], s, round, v * (1024 * MIB / SG_LEN));
 		dereg_or_bail(s, &r);
 	}
-}
-
-/* The rig core's umem_test hook (docs/core.md): one umem per open file. */
-
-static int umem_get(int fd, void *addr, size_t len)
-{
-	char req[160];
-	ssize_t n;
-
-	snprintf(req, sizeof(req), "%s %#lx %#zx mr\n", RXE_DEV,
-		 (unsigned long)(uintptr_t)addr, len);
-	n = pwrite(fd, req, strlen(req), 0);
-	return n < 0 ? -errno : n == (ssize_t)strlen(req) ? 0 : -EIO;
 }
 
 /*
@@ -651,12 +639,12 @@ static void fig_layers(int s, int round)
 			sample("dereg_s", "2M", S_HOST, round, t2 - t1);
 			sample("regdereg_s", "2M", S_HOST, round, t2 - t0);
 		} else {
-			int fd = open(BENCH_UMEM_TEST, O_RDWR), e;
+			int fd = open(UMEM_TEST, O_RDWR), e;
 
 			if (fd < 0)
-				bail("cannot open " BENCH_UMEM_TEST ": %s", strerror(errno));
+				bail("cannot open " UMEM_TEST ": %s", strerror(errno));
 			t0 = now_s();
-			e = umem_get(fd, gbig.p, 2 * MIB);
+			e = umem_get(fd, RXE_DEV, gbig.p, 2 * MIB, "mr");
 			t1 = now_s();
 			close(fd);
 			t2 = now_s();

@@ -59,6 +59,9 @@ pub(crate) static INJECTED: Knob = Knob::new(0);
 pub(crate) static PAGES_PINNED: Knob = Knob::new(0);
 /// GPU pages in the DMA mappings handed out by dma_map_pages (total).
 pub(crate) static PAGES_DMA_MAPPED: Knob = Knob::new(0);
+/// Bus-contiguous runs in the DMA mappings handed out by dma_map_pages
+/// (total): the fewest scatter entries a client could make of them.
+pub(crate) static DMA_RUNS_MAPPED: Knob = Knob::new(0);
 
 /// Per-entry-point call counter and failure injection.
 pub(crate) struct Entry {
@@ -188,6 +191,7 @@ fn write_reset(_k: &Knob, r: &mut UserSliceReader) -> Result {
         &INJECTED,
         &PAGES_PINNED,
         &PAGES_DMA_MAPPED,
+        &DMA_RUNS_MAPPED,
     ] {
         k.store(0, Relaxed);
     }
@@ -211,7 +215,7 @@ const ENTRIES: [(&CStr, &Entry); 7] = [
 ];
 
 fn populate(dir: &ScopedDir<'_, '_>) {
-    let ro: [(&CStr, &'static Knob); 12] = [
+    let ro: [(&CStr, &'static Knob); 13] = [
         (c"live_allocs", &LIVE_ALLOCS),
         (c"live_mem_bytes", &LIVE_MEM_BYTES),
         (c"live_pins", &LIVE_PINS),
@@ -224,6 +228,7 @@ fn populate(dir: &ScopedDir<'_, '_>) {
         (c"injected_failures", &INJECTED),
         (c"pages_pinned", &PAGES_PINNED),
         (c"pages_dma_mapped", &PAGES_DMA_MAPPED),
+        (c"dma_runs_mapped", &DMA_RUNS_MAPPED),
     ];
     for (name, k) in ro {
         dir.read_callback_file(name, k, &show);

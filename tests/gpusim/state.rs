@@ -653,10 +653,18 @@ pub(crate) unsafe fn dma_map(
         // INVARIANT: `a` is a live mapping of one GPU page for `pdev`.
         d.addrs.push(a, GFP_KERNEL)?;
     }
+    // Bus-contiguous runs of this mapping (counted once it is handed out).
+    let runs = d
+        .addrs
+        .windows(2)
+        .filter(|w| w[1] != w[0].wrapping_add(GPU_PAGE))
+        .count()
+        + usize::from(n > 0);
     d.m.dma_addresses = d.addrs.as_mut_ptr();
     let m = ptr::from_mut(&mut d.m);
     pin.dmas.push(d, GFP_KERNEL)?;
     PAGES_DMA_MAPPED.add(n as u64, Relaxed);
+    DMA_RUNS_MAPPED.add(runs as u64, Relaxed);
     Ok(m)
 }
 
