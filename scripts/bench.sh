@@ -37,7 +37,8 @@
 # tree, and the copies in the checkout (built for the debug kernel) are
 # left alone. Then boots the rig (scripts/vm.sh) and runs the benchmark.
 # Prints the table and the goals; writes OUT/bench-results.json (every raw
-# sample, the kernel, the commit, the date) and OUT/bench-latency.png.
+# sample, the kernel, the commit, the date), OUT/bench-table.md (the table
+# and the goals in Markdown) and OUT/bench-latency.png.
 # Exits non-zero only if something failed to build or an operation failed
 # (never because of a figure).
 set -euo pipefail
@@ -196,6 +197,8 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" ||
 	pm_die "cannot turn $raw into $out/bench-results.json"
 "$py" tests/bench/report.py table "$out/bench-results.json"
+"$py" tests/bench/report.py table "$out/bench-results.json" --markdown > "$out/bench-table.md" ||
+	pm_die "cannot write $out/bench-table.md"
 if "$py" -c 'import matplotlib' 2>/dev/null; then
 	"$py" tests/bench/report.py plot "$out/bench-results.json" "$out/bench-latency.png" ||
 		pm_die "the plot failed"

@@ -30,6 +30,9 @@ rig=$PEERMEM_ROOT/tests/rig
 frags=("$rig/base.config")
 [ "$variant" = debug ] && frags+=("$rig/debug.config")
 [ -f "$rig/kernel-$RIG_KVER.config" ] && frags+=("$rig/kernel-$RIG_KVER.config")
+# The plain 7.3 kernel (the benchmarks') has its own few lines; the plain 6.12
+# build-compatibility kernel has none.
+[ "$variant" = plain ] && [ -f "$rig/plain-$RIG_KVER.config" ] && frags+=("$rig/plain-$RIG_KVER.config")
 patchdir=$rig/patches/$RIG_KVER
 cfg_hash=$(cat "${frags[@]}" | sha256sum | cut -c1-12)
 
