@@ -65,7 +65,7 @@ static size_t large = 512 * MIB;
 static struct conn c;
 static int gfd, tcfd;
 static struct ibv_mr *hmr;		/* host buffer: source of the WRITEs */
-static uint8_t *hbuf, *hbig;		/* hbig: 2 MiB of host memory */
+static uint8_t *hbuf, *hbig;		/* hbig: 4 MiB of host memory */
 static struct gmem gbig, gcontig, gfrag;
 
 /* ---- samples ----------------------------------------------------------- */
@@ -451,7 +451,10 @@ static double thr_run(int s, int nthr, int ops)
 
 	pthread_barrier_init(&bar, NULL, nthr + 1);
 	for (int i = 0; i < nthr; i++) {
-		t[i] = (struct thr){ .side = s, .ops = ops, .p = gbig.p + i * 32 * MIB, .bar = &bar };
+		/* Host memory (S_HOST): 2 MiB each out of hbig; GPU: 32 MiB apart. */
+		uint8_t *p = s == S_HOST ? hbig + i * 2 * MIB : gbig.p + i * 32 * MIB;
+
+		t[i] = (struct thr){ .side = s, .ops = ops, .p = p, .bar = &bar };
 		/* Own test client file per thread: its registrations' lock is per file. */
 		t[i].fd = s == S_FLOOR ? open("/dev/gpusim_testclient", O_RDWR) : -1;
 		if (s == S_FLOOR && t[i].fd < 0)
@@ -478,11 +481,16 @@ static double thr_run(int s, int nthr, int ops)
 static void fig_threads(int s, int round)
 {
 	int ops = smoke ? 2 : 8;
-	double t1 = thr_run(s, 1, ops), t2 = thr_run(s, 2, ops);
 
-	sample("thr1_ops_per_s", "2M", s, round, ops / t1);
-	sample("thr2_ops_per_s", "2M", s, round, 2 * ops / t2);
-	sample("thr2_over_thr1", "2M", s, round, (2 * ops / t2) / (ops / t1));
+	/* In the floor's turn also host memory: how rxe and uverbs scale alone. */
+	for (int h = 0; h <= (s == S_FLOOR); h++) {
+		int side = h ? S_HOST : s;
+		double t1 = thr_run(side, 1, ops), t2 = thr_run(side, 2, ops);
+
+		sample("thr1_ops_per_s", "2M", side, round, ops / t1);
+		sample("thr2_ops_per_s", "2M", side, round, 2 * ops / t2);
+		sample("thr2_over_thr1", "2M", side, round, (2 * ops / t2) / (ops / t1));
+	}
 }
 
 /*
@@ -745,10 +753,10 @@ int main(int argc, char **argv)
 	if (gfd < 0 || tcfd < 0)
 		bail("cannot open /dev/gpusim or /dev/gpusim_testclient: %s", strerror(errno));
 	hbuf = aligned_alloc(4096, 4096);
-	hbig = aligned_alloc(4096, 2 * MIB);
+	hbig = aligned_alloc(4096, 4 * MIB);
 	if (!hbuf || !hbig)
 		bail("out of memory");
-	memset(hbig, 0x3c, 2 * MIB);
+	memset(hbig, 0x3c, 4 * MIB);
 	memset(hbuf, 0xa5, 4096);
 	hmr = ibv_reg_mr(c.pd, hbuf, 4096, MR_ACCESS);
 	if (!hmr)
