@@ -19,8 +19,9 @@
 #                    its work tree as it is)
 #   --out DIR        where bench-results.json and bench-latency.png go
 #                    (default docs/bench/, docs/bench/debug/ for --kernel debug)
-#   --profile MIB[,N]  instead of the rounds: for each side, N (default 20)
-#                    registrations of MIB MiB under a system-wide perf
+#   --profile MIB[,N[,T]]  instead of the rounds: for each side, N (default
+#                    20) registrations of MIB MiB (T=2: by each of 2
+#                    threads, MIB must be 2) under a system-wide perf
 #                    record in the guest (the host's perf; the rig kernel
 #                    has no ftrace), and the symbols that took the CPU
 #                    (tests/bench/profile-guest.sh); output on stdout and
@@ -74,9 +75,10 @@ done
 	bad "--large-mib wants an even number of MiB, at least 64, got '$large_mib'"
 case "$kernel" in plain|debug) ;; *) bad "--kernel must be plain or debug, not '$kernel'" ;; esac
 if [ -n "$profile" ]; then
-	[[ $profile =~ ^([0-9]+)(,([0-9]+))?$ ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
-		bad "--profile wants MIB or MIB,N (e.g. 512,8), got '$profile'"
-	prof_mib=${BASH_REMATCH[1]} prof_n=${BASH_REMATCH[3]:-20}
+	[[ $profile =~ ^([0-9]+)(,([0-9]+)(,([12]))?)?$ ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
+		bad "--profile wants MIB, MIB,N or 2,N,2 (e.g. 512,8), got '$profile'"
+	prof_mib=${BASH_REMATCH[1]} prof_n=${BASH_REMATCH[3]:-20} prof_t=${BASH_REMATCH[5]:-1}
+	[ "$prof_t" = 1 ] || [ "$prof_mib" = 2 ] || bad "--profile MIB,N,2 (2 threads) wants MIB 2, got '$profile'"
 	[ "$prof_mib" -le "$large_mib" ] || large_mib=$(( (prof_mib + 1) / 2 * 2 ))
 fi
 [ -d "$src" ] && [ -f "$src/Kbuild" ] && [ -f "$src/tests/bench/bench_peermem.c" ] ||
@@ -152,8 +154,9 @@ mods+=" PEERMEM_KO=$tree/peermem.ko NVPEERMEM_KO=$tree/tests/nvpeermem/nvidia-pe
 if [ -n "$profile" ]; then
 	pm_stage "bench: boot the rig ($kvariant kernel) and profile ${prof_mib} MiB registrations, $prof_n per side"
 	pf=$out/profile-${prof_mib}M.txt
+	[ "$prof_t" = 1 ] || pf=$out/profile-${prof_mib}M-${prof_t}threads.txt
 	rc=0
-	scripts/vm.sh "${vmargs[@]}" --cmd "$mods bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $((prof_mib * 1024 * 1024)) $prof_n" \
+	scripts/vm.sh "${vmargs[@]}" --cmd "$mods bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $((prof_mib * 1024 * 1024)) $prof_n 25 $prof_t" \
 		>"$pf.tmp" 2>"$work/vm.log" || rc=$?
 	{ echo "# scripts/bench.sh --profile $profile: $kvariant kernel $(basename "$kdir"), commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ)"; cat "$pf.tmp"; } > "$pf"
 	rm -f "$pf.tmp"

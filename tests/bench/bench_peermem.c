@@ -59,7 +59,7 @@ static const char *const side_def[2] = { "peermem.ko", "tests/nvpeermem/nvidia-p
 
 static int rounds = 10, tap_mode, smoke;
 /* --profile: only N reg+dereg of BYTES on SIDE, for a profiler around the run. */
-static int prof_side = -1, prof_n;
+static int prof_side = -1, prof_n, prof_threads = 1;
 static size_t prof_len;
 static size_t large = 512 * MIB;
 static struct conn c;
@@ -774,6 +774,11 @@ int main(int argc, char **argv)
 
 		if (prof_len > large)
 			bail("--profile: at most --large bytes");
+		/* BENCH_PROF_THREADS=2: two threads on distinct 2 MiB ranges, as fig_threads. */
+		if (getenv("BENCH_PROF_THREADS"))
+			prof_threads = atoi(getenv("BENCH_PROF_THREADS"));
+		if (prof_threads != 1 && (prof_threads != 2 || prof_len != 2 * MIB))
+			bail("BENCH_PROF_THREADS: 1, or 2 with 2 MiB registrations");
 		use_side(prof_side);
 		reg_or_bail(prof_side, gbig.p, prof_len, &r);	/* warm */
 		dereg_or_bail(prof_side, &r);
@@ -791,9 +796,13 @@ int main(int argc, char **argv)
 			sleep(2);	/* perf is up */
 		}
 		t0 = now_s();
-		for (int k = 0; k < prof_n; k++) {
-			reg_or_bail(prof_side, gbig.p, prof_len, &r);
-			dereg_or_bail(prof_side, &r);
+		if (prof_threads == 2) {	/* 2 threads, prof_n each (2 MiB) */
+			thr_run(prof_side, 2, prof_n);
+		} else {
+			for (int k = 0; k < prof_n; k++) {
+				reg_or_bail(prof_side, gbig.p, prof_len, &r);
+				dereg_or_bail(prof_side, &r);
+			}
 		}
 		t1 = now_s();
 		if (perf > 0) {
@@ -804,8 +813,9 @@ int main(int argc, char **argv)
 			    (WIFEXITED(st) && WEXITSTATUS(st) == 127))
 				bail("perf record failed (is perf installed? Debian: linux-perf)");
 		}
-		printf("profile %s %zu bytes: %d reg+dereg, %.3f ms each (wall)\n",
-		       side_name[prof_side], prof_len, prof_n, (t1 - t0) * 1e3 / prof_n);
+		printf("profile %s %zu bytes, %d thread(s): %d reg+dereg each, %.3f ms per reg+dereg (wall, all threads)\n",
+		       side_name[prof_side], prof_len, prof_threads, prof_n,
+		       (t1 - t0) * 1e3 / (prof_n * prof_threads));
 		rounds = 0;
 	}
 	printf("info rounds %d\n", rounds);

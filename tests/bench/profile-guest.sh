@@ -9,15 +9,18 @@
 # waiting (a grace period, a sleep): compare the wall time per operation
 # with the busy samples.
 #
-#   profile-guest.sh BENCH_PEERMEM BYTES N [TOP]
-bench=$1 bytes=$2 n=$3 top=${4:-25}
+#   profile-guest.sh BENCH_PEERMEM BYTES N [TOP [THREADS]]
+#
+# THREADS 2 (BYTES 2 MiB only): two threads registering distinct ranges, N
+# each, as the 1 vs 2 threads figure does.
+bench=$1 bytes=$2 n=$3 top=${4:-25} threads=${5:-1}
 command -v perf >/dev/null || { echo "no perf on the host (Debian: linux-perf); nothing profiled"; exit 1; }
 echo 0 > /proc/sys/kernel/kptr_restrict
 echo -1 > /proc/sys/kernel/perf_event_paranoid
 large=$(( bytes > 67108864 ? bytes : 67108864 ))
 for side in peermem nvidia-peermem floor; do
 	out=/tmp/perf.$side
-	BENCH_PERF_OUT=$out "$bench" --profile "$side" "$bytes" "$n" --large "$large" | grep -E '^(profile|not ok)' || exit 1
+	BENCH_PROF_THREADS=$threads BENCH_PERF_OUT=$out "$bench" --profile "$side" "$bytes" "$n" --large "$large" | grep -E '^(profile|not ok)' || exit 1
 	perf report -q -i "$out" --stdio --sort sym 2>/dev/null | awk -v top="$top" -v side="$side" '
 		/^ *[0-9.]+%/ {
 			p = $1; sub(/%/, "", p); sym = $0; sub(/^ *[0-9.]+% +/, "", sym)
