@@ -171,6 +171,7 @@ raw=$work/guest-output.txt
 vmlog=$work/vm.log
 pm_stage "bench: boot the rig ($kvariant kernel, $mem) and run $rounds rounds"
 t0=$(date +%s)
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 cmd="$mods $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib * 1024 * 1024))"
 rc=0
 scripts/vm.sh "${vmargs[@]}" --cmd "$cmd" \
@@ -197,7 +198,8 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "guest_append=${append# }" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
-	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" ||
+	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" \
+	--meta "host_loadavg_before=$load0" --meta "host_loadavg_after=$(cut -d' ' -f1-3 /proc/loadavg)" ||
 	pm_die "cannot turn $raw into $out/bench-results.json"
 "$py" tests/bench/report.py table "$out/bench-results.json"
 "$py" tests/bench/report.py table "$out/bench-results.json" --markdown > "$out/bench-table.md" ||
