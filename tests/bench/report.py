@@ -387,8 +387,10 @@ def cmd_distortion(plain, debug, markdown=False):
     for fig, p, label, unit, better in rows(a):
         key = "%s/%s" % (fig, p)
         kb = key
-        if p == large_param(a):
+        if p == large_param(a) and large_param(b) != p:
+            # The largest size of each run, whatever it was.
             kb = "%s/%s" % (fig, large_param(b))
+            label += " (debug run: %s)" % size_label(large_param(b))
         r = [ratio(a["summary"], key, "peermem", "nvidia-peermem"),
              ratio(b["summary"], kb, "peermem", "nvidia-peermem"),
              ratio(a["summary"], key, "peermem", "floor"),
