@@ -119,12 +119,26 @@ pm_stage "bench: copy $src into $tree"
 if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
 	commit=$(git -C "$src" rev-parse HEAD)
 	dirty=$(git -C "$src" status --porcelain --untracked-files=no | wc -l)
-	(cd "$src" && git ls-files -z -co --exclude-standard) |
-		rsync -a --from0 --files-from=- --ignore-missing-args "$src/" "$tree/" ||
+	# The tree keeps its objects from run to run (only what changed is
+	# rebuilt), but a source the checkout no longer has must go, or it
+	# breaks the build (a stale rust/client.rs beside rust/client/): the
+	# files of the last copy are listed, and those not in this one removed.
+	# Without that list (an older tree), start the tree afresh.
+	manifest=$work/sources.list
+	(cd "$src" && git ls-files -z -co --exclude-standard) | sort -z > "$manifest.new" ||
+		pm_die "cannot list the sources of $src"
+	if [ -f "$manifest" ]; then
+		comm -z -23 "$manifest" "$manifest.new" | (cd "$tree" && xargs -0r rm -f --) ||
+			pm_die "cannot remove from $tree the sources $src no longer has"
+	else
+		rm -rf "$tree" && mkdir -p "$tree" || pm_die "cannot empty $tree"
+	fi
+	rsync -a --from0 --files-from="$manifest.new" --ignore-missing-args "$src/" "$tree/" ||
 		pm_die "cannot copy the sources of $src into $tree"
+	mv "$manifest.new" "$manifest"
 else
 	commit=unknown dirty=unknown
-	rsync -a --exclude '*.o' --exclude '*.ko' --exclude '.*.cmd' "$src/" "$tree/" ||
+	rsync -a --delete --exclude '*.o' --exclude '*.ko' --exclude '.*.cmd' "$src/" "$tree/" ||
 		pm_die "cannot copy $src into $tree"
 fi
 build() { # build NAME CMD...: one build step, its log kept
