@@ -18,6 +18,7 @@ mod dev;
 mod glue;
 mod knobs;
 mod p2p;
+mod rm;
 mod state;
 
 module! {
@@ -26,6 +27,12 @@ module! {
     authors: ["peermem project"],
     description: "Emulated GPU exporting the NVIDIA nvidia_p2p_* peer-to-peer interface (peermem test rig)",
     license: "GPL",
+    params: {
+        rm_lock: bool {
+            default: true,
+            description: "Hold an emulated resource-manager lock across get_pages, put_pages, dma_map_pages and the free path (free callbacks), as the 550 driver does (docs/gpusim.md)",
+        },
+    },
 }
 
 #[pin_data(PinnedDrop)]
@@ -41,7 +48,10 @@ impl kernel::InPlaceModule for GpuSimModule {
         // SAFETY: Module init runs once, before any entry point can be
         // reached (the exports only resolve once init succeeded, the device
         // and debugfs files are created below).
-        unsafe { state::init() };
+        unsafe {
+            state::init();
+            rm::init(module_parameters::rm_lock.value());
+        }
         try_pin_init!(Self {
             debugfs <- knobs::debugfs(),
             misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gpusim" }),

@@ -27,10 +27,16 @@ pub(crate) static CONTIG_BYTES: Knob = Knob::new(GPU_PAGE);
 pub(crate) static MAX_ALLOC_BYTES: Knob = Knob::new(256 << 20);
 /// errno returned by put_pages / dma_unmap_pages / put_pages_persistent on
 /// an object that is already gone (put after the free callback, double
-/// put, double unmap). 0 reproduces the 550 driver, which returns 0.
-pub(crate) static STALE_ERRNO: Knob = Knob::new(22);
+/// put, double unmap). The default, 0, is the 550 driver's answer (see
+/// docs/gpusim.md); 22 (EINVAL) makes a client's stale call visible.
+pub(crate) static STALE_ERRNO: Knob = Knob::new(0);
 /// errno of an injected failure.
 pub(crate) static FAIL_ERRNO: Knob = Knob::new(12);
+/// 1 if the RM lock is in use (module parameter `rm_lock`, read-only).
+pub(crate) static RM_LOCK: Knob = Knob::new(0);
+/// Calls refused because the calling thread held the RM lock (a client
+/// calling gpusim from its free callback with `rm_lock=1`).
+pub(crate) static RM_LOCK_RECURSIONS: Knob = Knob::new(0);
 
 /// Allocations not yet freed by the user (free ioctl, close, exit).
 pub(crate) static LIVE_ALLOCS: Knob = Knob::new(0);
@@ -192,6 +198,7 @@ fn write_reset(_k: &Knob, r: &mut UserSliceReader) -> Result {
         &PAGES_PINNED,
         &PAGES_DMA_MAPPED,
         &DMA_RUNS_MAPPED,
+        &RM_LOCK_RECURSIONS,
     ] {
         k.store(0, Relaxed);
     }
@@ -215,7 +222,7 @@ const ENTRIES: [(&CStr, &Entry); 7] = [
 ];
 
 fn populate(dir: &ScopedDir<'_, '_>) {
-    let ro: [(&CStr, &'static Knob); 13] = [
+    let ro: [(&CStr, &'static Knob); 15] = [
         (c"live_allocs", &LIVE_ALLOCS),
         (c"live_mem_bytes", &LIVE_MEM_BYTES),
         (c"live_pins", &LIVE_PINS),
@@ -229,6 +236,8 @@ fn populate(dir: &ScopedDir<'_, '_>) {
         (c"pages_pinned", &PAGES_PINNED),
         (c"pages_dma_mapped", &PAGES_DMA_MAPPED),
         (c"dma_runs_mapped", &DMA_RUNS_MAPPED),
+        (c"rm_lock", &RM_LOCK),
+        (c"rm_lock_recursions", &RM_LOCK_RECURSIONS),
     ];
     for (name, k) in ro {
         dir.read_callback_file(name, k, &show);

@@ -65,6 +65,11 @@ unsafe extern "C" fn nvidia_p2p_get_pages(
     if free_callback.is_none() || data.is_null() || p2p_token != 0 || va_space != 0 {
         return EINVAL.to_errno();
     }
+    // RM does the pinning under its API lock (rm_p2p_get_pages).
+    let _rm = match crate::rm::acquire("nvidia_p2p_get_pages") {
+        Ok(g) => g,
+        Err(e) => return e.to_errno(),
+    };
     match state::get_pages(virtual_address, length, false, free_callback, data) {
         Ok(pt) => {
             // SAFETY: As above.
@@ -103,6 +108,11 @@ unsafe extern "C" fn nvidia_p2p_get_pages_persistent(
     if flags != 0 {
         return EINVAL.to_errno();
     }
+    // Under the RM lock, as rm_p2p_get_pages_persistent.
+    let _rm = match crate::rm::acquire("nvidia_p2p_get_pages_persistent") {
+        Ok(g) => g,
+        Err(e) => return e.to_errno(),
+    };
     match state::get_pages(virtual_address, length, true, None, ptr::null_mut()) {
         Ok(pt) => {
             // SAFETY: As above.
@@ -132,7 +142,13 @@ extern "C" fn nvidia_p2p_put_pages(
     if p2p_token != 0 || va_space != 0 {
         return EINVAL.to_errno();
     }
-    state::put_pages(virtual_address, page_table as usize, false)
+    // RM unlinks the page table under its API lock (rm_p2p_put_pages); the
+    // table and its leftover DMA mappings are freed after it is released.
+    let rm = match crate::rm::acquire("nvidia_p2p_put_pages") {
+        Ok(g) => g,
+        Err(e) => return e.to_errno(),
+    };
+    state::put_pages(virtual_address, page_table as usize, false, rm)
 }
 
 /// Unpins a page table from `nvidia_p2p_get_pages_persistent`.
@@ -151,7 +167,11 @@ extern "C" fn nvidia_p2p_put_pages_persistent(
     if page_table.is_null() {
         return 0;
     }
-    state::put_pages(virtual_address, page_table as usize, true)
+    let rm = match crate::rm::acquire("nvidia_p2p_put_pages_persistent") {
+        Ok(g) => g,
+        Err(e) => return e.to_errno(),
+    };
+    state::put_pages(virtual_address, page_table as usize, true, rm)
 }
 
 /// A no-op in the 550 driver (it frees page tables itself); 0, or -EINVAL
@@ -195,6 +215,11 @@ unsafe extern "C" fn nvidia_p2p_dma_map_pages(
     }
     // SAFETY: The caller provides a writable `dma_mapping`.
     unsafe { *dma_mapping = ptr::null_mut() };
+    // RM maps under its API lock (rm_p2p_dma_map_pages).
+    let _rm = match crate::rm::acquire("nvidia_p2p_dma_map_pages") {
+        Ok(g) => g,
+        Err(e) => return e.to_errno(),
+    };
     // SAFETY: `state::dma_map` checks that `peer` is a PCI device before
     // using it; the caller keeps such a device alive.
     match unsafe { state::dma_map(peer, page_table as usize) } {
@@ -208,7 +233,7 @@ unsafe extern "C" fn nvidia_p2p_dma_map_pages(
 }
 
 /// Unmaps a mapping from `nvidia_p2p_dma_map_pages`. Allowed from inside
-/// the free callback.
+/// the free callback; takes no RM lock (neither does the real driver).
 #[no_mangle]
 extern "C" fn nvidia_p2p_dma_unmap_pages(
     peer: *mut bindings::pci_dev,

@@ -3,10 +3,12 @@
 //! gpusim's state: allocations ("device memory"), pins (page tables handed
 //! to clients) and DMA mappings, all under one global mutex, `STATE`.
 //!
-//! Lock order: `mmap_lock` -> `STATE`. `STATE` is never held while calling
-//! a client's free callback, while sleeping for the `delay_us` knob, or
-//! while calling into the mm (vm_mmap); it is held while mapping and
-//! unmapping DMA.
+//! Lock order: RM lock (`rm.rs`, with `rm_lock=1`) -> `STATE`, and
+//! `mmap_lock` -> `STATE`. `STATE` is never held while calling a client's
+//! free callback, while sleeping for the `delay_us` knob, or while calling
+//! into the mm (vm_mmap); it is held while mapping and unmapping DMA. The
+//! RM lock is held across a whole free (callbacks included), as RM holds
+//! its API lock across a cudaFree.
 //!
 //! Lifetimes: an [`Alloc`] (the backing memory) is reference counted. The
 //! allocation table holds one reference until the user frees it; the CPU
@@ -17,6 +19,7 @@
 use crate::abi::*;
 use crate::glue::{self, Chunk};
 use crate::knobs::{self, *};
+use crate::rm::{self, RmGuard};
 use core::ptr;
 use kernel::bindings;
 use kernel::ffi::{c_int, c_void};
@@ -415,8 +418,10 @@ pub(crate) fn info(file_id: u64, handle: u64) -> Result<(usize, usize, usize, us
     Ok((e.va, e.alloc.size, e.alloc.chunk_bytes, pins))
 }
 
-/// Frees allocation `handle` of `file_id` (GPUSIM_IOC_FREE).
+/// Frees allocation `handle` of `file_id` (GPUSIM_IOC_FREE). Like RM's
+/// free, under the RM lock, callbacks included.
 pub(crate) fn free(file_id: u64, handle: u64) -> Result {
+    let _rm = rm::acquire("GPUSIM_IOC_FREE")?;
     let alloc = {
         let mut st = STATE.lock();
         let i = st.alloc_idx(file_id, handle).ok_or(ENOENT)?;
@@ -430,6 +435,10 @@ pub(crate) fn free(file_id: u64, handle: u64) -> Result {
 /// or process exit).
 pub(crate) fn release_file(file_id: u64) {
     loop {
+        // One RM free (and lock hold) per allocation, callbacks included.
+        let Ok(_rm) = rm::acquire("release of /dev/gpusim") else {
+            return;
+        };
         let alloc = {
             let mut st = STATE.lock();
             let Some(i) = st.allocs.iter().position(|e| e.file_id == file_id) else {
@@ -581,8 +590,10 @@ fn stale() -> c_int {
     }
 }
 
-/// nvidia_p2p_put_pages / _persistent on page table `key`.
-pub(crate) fn put_pages(va: u64, key: usize, persistent: bool) -> c_int {
+/// nvidia_p2p_put_pages / _persistent on page table `key`, called with the
+/// RM lock `rm`, which is released before the page table (and any DMA
+/// mapping left on it) is freed, as in the real driver.
+pub(crate) fn put_pages(va: u64, key: usize, persistent: bool, rm: RmGuard) -> c_int {
     let pin = {
         let mut st = STATE.lock();
         let Some(i) = st.pin_idx(key) else {
@@ -600,6 +611,7 @@ pub(crate) fn put_pages(va: u64, key: usize, persistent: bool) -> c_int {
             Err(_) => return stale(),
         }
     };
+    drop(rm);
     drop(pin);
     0
 }

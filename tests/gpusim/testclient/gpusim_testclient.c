@@ -11,6 +11,12 @@
  * afterwards; on release, pinned registrations are put, and a put that
  * gpusim refuses because the free callback is pending is followed by
  * waiting for that callback, so the callback's data is never freed under it.
+ *
+ * Locking: the free callback runs under gpusim's RM lock (rm_lock=1, as in
+ * NVIDIA's driver) and takes tc->lock, so tc->lock is never held across a
+ * call that takes the RM lock (get_pages*, put_pages*, dma_map_pages); the
+ * ioctls of one file are serialised by tc->op instead, which the callback
+ * never takes. GPUSIM_TC_HOLD_LOCK breaks that rule on purpose.
  */
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
@@ -53,6 +59,7 @@ struct tc_reg {
 };
 
 struct tc_file {
+	struct mutex op;	/* serialises the ioctls; never taken by callbacks */
 	struct mutex lock;	/* protects the list and every registration */
 	struct list_head regs;
 	u32 next_id;
@@ -188,7 +195,7 @@ static void tc_fill(struct tc_reg *r, struct gpusim_tc_req *q)
 	}
 }
 
-static int tc_put_locked(struct tc_reg *r);
+static int tc_put(struct tc_reg *r);
 
 static long tc_get(struct tc_file *tc, struct gpusim_tc_req *q)
 {
@@ -205,11 +212,15 @@ static long tc_get(struct tc_file *tc, struct gpusim_tc_req *q)
 	init_waitqueue_head(&r->wq);
 
 	/*
-	 * The lock is held across get_pages, so an early callback waits for
-	 * the registration to be complete.
+	 * A callback can come as soon as get_pages registered it, before the
+	 * registration is on the list: it only marks @r (under tc->lock).
+	 * GPUSIM_TC_HOLD_LOCK holds tc->lock across get_pages, which the
+	 * callback also takes: the lock-order cycle the RM lock exposes.
 	 */
 	mutex_lock(&tc->lock);
 	r->id = tc->next_id++;
+	if (!(q->flags & GPUSIM_TC_HOLD_LOCK))
+		mutex_unlock(&tc->lock);
 	if (r->persistent)
 		q->ret = nvidia_p2p_get_pages_persistent(q->va, q->len, &r->pt,
 			(q->flags & GPUSIM_TC_BAD_FLAGS) ? 1 : 0);
@@ -223,28 +234,40 @@ static long tc_get(struct tc_file *tc, struct gpusim_tc_req *q)
 		q->ret = -EPROTO;	/* success must hand out a page table */
 	if (q->ret != 0 && r->pt)
 		q->ret = -EPROTO;	/* failure must leave it NULL */
+	if (!(q->flags & GPUSIM_TC_HOLD_LOCK))
+		mutex_lock(&tc->lock);
 	if (q->ret) {
 		mutex_unlock(&tc->lock);
 		kfree(r);
 		q->id = 0;
 		return 0;
 	}
-	r->pinned = true;
+	r->pinned = !r->callbacks;	/* its callback may have come already */
 	if (q->flags & GPUSIM_TC_MAP) {
-		q->ret = tc_peer ? nvidia_p2p_dma_map_pages(tc_peer, r->pt, &r->dma)
-				 : -ENODEV;
-		if (q->ret == 0 && !r->dma)
+		struct nvidia_p2p_page_table *pt = r->pt;
+		struct nvidia_p2p_dma_mapping *m = NULL;
+
+		/* Not under tc->lock: dma_map_pages takes the RM lock. */
+		mutex_unlock(&tc->lock);
+		q->ret = tc_peer ? nvidia_p2p_dma_map_pages(tc_peer, pt, &m) : -ENODEV;
+		if (q->ret == 0 && !m)
 			q->ret = -EPROTO;
+		mutex_lock(&tc->lock);
+		if (q->ret == 0 && r->pinned)
+			r->dma = m;
+		else if (q->ret == 0)
+			q->ret = -ESTALE;	/* the callback came: gpusim reaped @m */
 		if (q->ret) {
 			/* A failed map leaves nothing mapped: unpin again. */
 			r->dma = NULL;
-			if (tc_put_locked(r) == 0) {
-				mutex_unlock(&tc->lock);
+			mutex_unlock(&tc->lock);
+			if (tc_put(r) == 0) {
 				kfree(r);
 				q->id = 0;
 				return 0;
 			}
 			/* The free callback is pending: keep r for it (FORGET). */
+			mutex_lock(&tc->lock);
 		}
 	}
 	list_add_tail(&r->node, &tc->regs);
@@ -253,20 +276,24 @@ static long tc_get(struct tc_file *tc, struct gpusim_tc_req *q)
 	return 0;
 }
 
-/* Caller holds tc->lock. Calls put even on a registration that is no
- * longer pinned (with its stale page table pointer): gpusim must refuse. */
-static int tc_put_locked(struct tc_reg *r)
+/* Caller holds tc->op, not tc->lock. Calls put even on a registration that
+ * is no longer pinned (with its stale page table pointer): gpusim must
+ * refuse it, or answer 0 as the 550 driver does (stale_errno). */
+static int tc_put(struct tc_reg *r)
 {
+	struct tc_file *tc = r->tc;
 	int ret;
 
 	if (r->persistent)
 		ret = nvidia_p2p_put_pages_persistent(r->va, r->pt, 0);
 	else
 		ret = nvidia_p2p_put_pages(0, 0, r->va, r->pt);
+	mutex_lock(&tc->lock);
 	if (ret == 0 && r->pinned) {
 		r->pinned = false;
 		r->dma = NULL;
 	}
+	mutex_unlock(&tc->lock);
 	return ret;
 }
 
@@ -276,15 +303,18 @@ static int tc_put_locked(struct tc_reg *r)
  */
 static void tc_retire(struct tc_file *tc, struct tc_reg *r, bool unmap)
 {
+	bool pinned;
 	int ret = 0;
 
+	/* dma_unmap_pages takes no RM lock: fine under tc->lock. */
 	mutex_lock(&tc->lock);
 	if (r->pinned && unmap && r->dma &&
 	    nvidia_p2p_dma_unmap_pages(tc_peer, r->pt, r->dma) == 0)
 		r->dma = NULL;
-	if (r->pinned)
-		ret = tc_put_locked(r);
+	pinned = r->pinned;
 	mutex_unlock(&tc->lock);
+	if (pinned)
+		ret = tc_put(r);
 	if (ret && !r->persistent &&
 	    !wait_event_timeout(r->wq, READ_ONCE(r->callbacks) > 0, 30 * HZ))
 		pr_err("gpusim_testclient: free callback of registration %u never came after put_pages returned %d\n",
@@ -338,6 +368,7 @@ static long tc_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 	if (copy_from_user(&q, up, sizeof(q)))
 		return -EFAULT;
 
+	mutex_lock(&tc->op);
 	switch (cmd) {
 	case GPUSIM_TC_GET:
 		err = tc_get(tc, &q);
@@ -345,39 +376,50 @@ static long tc_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 	case GPUSIM_TC_PUT:
 		mutex_lock(&tc->lock);
 		r = tc_find(tc, q.id);
+		mutex_unlock(&tc->lock);
 		if (r) {
-			q.ret = tc_put_locked(r);
+			q.ret = tc_put(r);
+			mutex_lock(&tc->lock);
 			tc_fill(r, &q);
+			mutex_unlock(&tc->lock);
 		} else {
 			err = -ENOENT;
 		}
-		mutex_unlock(&tc->lock);
 		break;
-	case GPUSIM_TC_DMA_MAP:
+	case GPUSIM_TC_DMA_MAP: {
+		struct nvidia_p2p_page_table *pt = NULL;
+		struct nvidia_p2p_dma_mapping *m = NULL;
+
 		mutex_lock(&tc->lock);
 		r = tc_find(tc, q.id);
-		if (!r || !r->pinned) {
+		if (!r || !r->pinned)
 			err = r ? -EINVAL : -ENOENT;
-		} else if (!tc_peer && !(q.flags & TC_NOT_A_PEER)) {
+		else if (!tc_peer && !(q.flags & TC_NOT_A_PEER))
 			err = -ENODEV;
-		} else {
-			struct nvidia_p2p_dma_mapping *m = NULL;
-
-			q.ret = nvidia_p2p_dma_map_pages(tc_dma_peer(q.flags),
-							 r->pt, &m);
-			if (q.ret == 0 && !m)
-				q.ret = -EPROTO;
-			if (q.ret != 0 && m)
-				q.ret = -EPROTO;
-			if (q.ret == 0) {
-				if (r->dma)	/* keep the newest; tests map once */
-					nvidia_p2p_dma_unmap_pages(tc_peer, r->pt, r->dma);
-				r->dma = m;
-			}
-			tc_fill(r, &q);
+		else
+			pt = r->pt;
+		mutex_unlock(&tc->lock);
+		if (err)
+			break;
+		/* Not under tc->lock: dma_map_pages takes the RM lock. */
+		q.ret = nvidia_p2p_dma_map_pages(tc_dma_peer(q.flags), pt, &m);
+		if (q.ret == 0 && !m)
+			q.ret = -EPROTO;
+		if (q.ret != 0 && m)
+			q.ret = -EPROTO;
+		mutex_lock(&tc->lock);
+		if (q.ret == 0 && r->pinned) {
+			if (r->dma)	/* keep the newest; tests map once */
+				nvidia_p2p_dma_unmap_pages(tc_peer, r->pt, r->dma);
+			r->dma = m;
+		} else if (q.ret == 0) {
+			/* The callback came in between: gpusim reaped @m. */
+			q.ret = -ESTALE;
 		}
+		tc_fill(r, &q);
 		mutex_unlock(&tc->lock);
 		break;
+	}
 	case GPUSIM_TC_DMA_UNMAP:
 		mutex_lock(&tc->lock);
 		r = tc_find(tc, q.id);
@@ -424,14 +466,18 @@ static long tc_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		if (r)
 			list_del(&r->node);
 		mutex_unlock(&tc->lock);
-		if (!r)
-			return -ENOENT;
+		if (!r) {
+			err = -ENOENT;
+			break;
+		}
 		tc_retire(tc, r, q.flags & GPUSIM_TC_UNMAP);
 		kfree(r);
 		break;
 	default:
-		return -ENOTTY;
+		err = -ENOTTY;
+		break;
 	}
+	mutex_unlock(&tc->op);
 	if (err)
 		return err;
 	if (copy_to_user(up, &q, sizeof(q)))
@@ -445,6 +491,7 @@ static int tc_open(struct inode *inode, struct file *f)
 
 	if (!tc)
 		return -ENOMEM;
+	mutex_init(&tc->op);
 	mutex_init(&tc->lock);
 	INIT_LIST_HEAD(&tc->regs);
 	tc->next_id = 1;
@@ -463,6 +510,7 @@ static int tc_release(struct inode *inode, struct file *f)
 		kfree(r);
 	}
 	mutex_destroy(&tc->lock);
+	mutex_destroy(&tc->op);
 	kfree(tc);
 	return 0;
 }

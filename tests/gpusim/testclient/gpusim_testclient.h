@@ -34,6 +34,9 @@
 					 * DMA peer in the same call (@ret: the
 					 * first call that failed; a failed map
 					 * puts the pages again) */
+#define GPUSIM_TC_HOLD_LOCK	0x0080	/* hold the file's lock, which the free
+					 * callback takes, across get_pages: a
+					 * lock-order cycle with the RM lock */
 /* what the free callback does (GET flags) */
 #define GPUSIM_TC_CB_UNMAP	0x0100	/* dma_unmap_pages + free_dma_mapping */
 #define GPUSIM_TC_CB_PUT	0x0200	/* try nvidia_p2p_put_pages (must fail) */

@@ -184,8 +184,9 @@ static int load_client(const struct suite_cfg *cfg)
 			snprintf(ko, sizeof(ko), "%s/tests/gpusim/gpusim.ko", root);
 		if (access(ko, R_OK))
 			bail("%s is missing: build it with make -C tests/gpusim", ko);
-		if (run("insmod %s", ko))
-			bail("cannot load gpusim");
+		/* GPUSIM_ARGS: gpusim's module arguments (e.g. rm_lock=0). */
+		if (run("insmod %s %s", ko, getenv("GPUSIM_ARGS") ?: ""))
+			bail("cannot load gpusim %s", getenv("GPUSIM_ARGS") ?: "");
 	}
 	snprintf(ko, sizeof(ko), "%s/tests/refclient/peer_refclient.ko", root);
 	if (access(ko, R_OK))

@@ -257,7 +257,8 @@ static int gpusim_load(void)
 		diag("%s is missing: build it with make -C tests/gpusim", ko);
 		return -1;
 	}
-	return run("insmod %s", ko) ? -1 : 1;
+	/* GPUSIM_ARGS: gpusim's module arguments (e.g. rm_lock=0). */
+	return run("insmod %s %s", ko, getenv("GPUSIM_ARGS") ?: "") ? -1 : 1;
 }
 
 static const char *args;

@@ -110,7 +110,28 @@ static const char *root_dir(void)
 	return root;
 }
 
-static int load_module(const char *rel)
+/* gpusim's module arguments for this run: $GPUSIM_ARGS (e.g. "rm_lock=0"). */
+static const char *gpusim_args(void)
+{
+	return getenv("GPUSIM_ARGS") ?: "";
+}
+
+/* gpusim's rm_lock parameter when GPUSIM_ARGS does not set it. */
+#define GPUSIM_RM_LOCK_DEFAULT 1
+
+/* The rm_lock gpusim_args() asks for (0 or 1). */
+static int gpusim_args_rm_lock(void)
+{
+	const char *a = strstr(gpusim_args(), "rm_lock=");
+
+	if (!a)
+		return GPUSIM_RM_LOCK_DEFAULT;
+	a += strlen("rm_lock=");
+	return !(*a == '0' || *a == 'n' || *a == 'N');
+}
+
+/* Load a module of the repo with module arguments @args. */
+static int load_module_args(const char *rel, const char *args)
 {
 	char path[512];
 	int fd, ret;
@@ -119,10 +140,16 @@ static int load_module(const char *rel)
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	ret = syscall(SYS_finit_module, fd, "", 0);
+	ret = syscall(SYS_finit_module, fd, args, 0);
 	ret = ret ? -errno : 0;
 	close(fd);
 	return ret == -EEXIST ? 0 : ret;
+}
+
+/* Load a module of the repo; gpusim.ko gets gpusim_args(). */
+static int load_module(const char *rel)
+{
+	return load_module_args(rel, strstr(rel, "/gpusim.ko") ? gpusim_args() : "");
 }
 
 static int module_loaded(const char *name)
@@ -137,7 +164,7 @@ static void gs_reset_knobs(void)
 {
 	dbg_set("delay_us", 0);
 	dbg_set("contig_bytes", 65536);
-	dbg_set("stale_errno", 22);
+	dbg_set("stale_errno", 0);	/* the default: the 550 driver's answer */
 	dbg_set("fail_errno", 12);
 	dbg_set("max_alloc_bytes", 256 << 20);
 	dbg_set("reset_totals", 1);	/* also disarms every fail/<entry> */
@@ -161,6 +188,12 @@ static void gs_setup(void)
 	if (access(DBG "live_pins", R_OK))
 		bail("no %s (is debugfs mounted?)", DBG);
 	gs_reset_knobs();
+}
+
+/* 1 if gpusim holds its emulated RM lock (module parameter rm_lock). */
+static int gs_rm_lock(void)
+{
+	return dbg_get("rm_lock") == 1;
 }
 
 /* Everything gpusim hands out must be gone once a test has cleaned up. */

@@ -28,14 +28,21 @@ static int tc_read(int tc, uint32_t id, uint64_t off, void *buf, uint64_t len)
 	return tc_cmd(tc, GPUSIM_TC_READ, &q);
 }
 
-static void test_free_while_pinned(int fd, int tc)
+/*
+ * stale: the stale_errno to run with (0: the 550 driver's answer, the
+ * default; 22: the refusing variant).
+ */
+static void test_free_while_pinned(int fd, int tc, int stale)
 {
 	struct gpusim_tc_req a, b, s;
 	uint64_t h;
 	char *p = gs_alloc(fd, 4 * GPU_PAGE, &h);
 	long long fired = dbg_get("free_callbacks");
-	int ret;
+	long long rec = dbg_get("rm_lock_recursions");
+	int ret, cb_want;
 
+	dbg_set("stale_errno", stale);
+	diag("free while pinned, stale_errno=%d, rm_lock=%d", stale, gs_rm_lock());
 	ok(tc_get(tc, p, 4 * GPU_PAGE, 0, &a) == 0, "pin the whole allocation");
 	ok(tc_get(tc, p + GPU_PAGE, GPU_PAGE, GPUSIM_TC_CB_PUT, &b) == 0,
 	   "pin a sub-range (its callback tries put_pages)");
@@ -45,16 +52,26 @@ static void test_free_while_pinned(int fd, int tc)
 	   "first pin: free callback ran once, before the free returned");
 	ok(status(tc, b.id, &s) == 0 && s.callbacks == 1,
 	   "second pin: free callback ran once");
-	ok(s.cb_ret == -EINVAL, "put_pages from inside the free callback is refused (%d), no deadlock",
-	   s.cb_ret);
+	/*
+	 * With the RM lock the callback runs holding it, and the 550 driver
+	 * refuses the put's recursive acquisition (NV_ERR_INVALID_LOCK_STATE,
+	 * -EIO); without it gpusim treats the put as stale.
+	 */
+	cb_want = gs_rm_lock() ? -EIO : -stale;
+	ok(s.cb_ret == cb_want, "put_pages from inside the free callback: %d (want %d), no deadlock",
+	   s.cb_ret, cb_want);
+	ok(dbg_get("rm_lock_recursions") - rec == (gs_rm_lock() ? 1 : 0),
+	   "rm_lock_recursions counted it only with the RM lock (+%lld)",
+	   dbg_get("rm_lock_recursions") - rec);
 	ok(dbg_get("free_callbacks") - fired == 2, "free_callbacks went up by exactly 2");
 	ok(dbg_get("live_pins") == 0, "gpusim freed both page tables");
 	ret = tc_id(tc, GPUSIM_TC_PUT, a.id, 0, &s);
-	ok(ret == -EINVAL, "put_pages after the callback ran: -EINVAL (%d)", ret);
+	ok(ret == -stale, "put_pages after the callback ran: %d (stale_errno=%d)", ret, stale);
 	ok(status(tc, a.id, &s) == 0 && s.callbacks == 1, "still exactly one callback");
 	tc_id(tc, GPUSIM_TC_FORGET, a.id, 0, &s);
 	tc_id(tc, GPUSIM_TC_FORGET, b.id, 0, &s);
 	munmap(p, 4 * GPU_PAGE);
+	dbg_set("stale_errno", 0);
 }
 
 static void test_callback_waited_for(int fd, int tc)
@@ -165,6 +182,7 @@ static void test_persistent(int fd, int tc)
 	char *buf = malloc(2 * GPU_PAGE);
 	uint64_t h;
 	char *p = gs_alloc(fd, 2 * GPU_PAGE, &h);
+	long long stale0;
 	int ret;
 
 	fill_pattern(p, 2 * GPU_PAGE, 31);
@@ -183,8 +201,10 @@ static void test_persistent(int fd, int tc)
 	ret = tc_id(tc, GPUSIM_TC_PUT, pp.id, 0, &s);
 	ok(ret == 0 && !s.pinned, "put_pages_persistent (%d)", ret);
 	ok(dbg_get("live_mem_bytes") == 0, "memory returned at the last put");
+	stale0 = dbg_get("stale_calls");
 	ret = tc_id(tc, GPUSIM_TC_PUT, pp.id, 0, &s);
-	ok(ret == -EINVAL, "double put_pages_persistent: -EINVAL (%d)", ret);
+	ok(ret == 0 && dbg_get("stale_calls") == stale0 + 1,
+	   "double put_pages_persistent: 0 (stale_errno=0), counted in stale_calls (%d)", ret);
 	tc_id(tc, GPUSIM_TC_FORGET, pp.id, 0, &s);
 	tc_id(tc, GPUSIM_TC_FORGET, np.id, 0, &s);
 	free(buf);
@@ -264,16 +284,19 @@ static void *race_put(void *arg)
 	return NULL;
 }
 
-static void test_race(int fd, int tc)
+/* Put racing free, with stale_errno @stale: exactly one of the two wins. */
+static void test_race(int fd, int tc, int stale)
 {
 	int i, bad = 0, puts = 0, cbs = 0;
 
+	dbg_set("stale_errno", stale);
 	dbg_set("delay_us", 2000);	/* widen the window between the two */
 	for (i = 0; i < 20; i++) {
 		struct race r = { .fd = fd, .tc = tc };
 		struct gpusim_tc_req q, s;
 		pthread_t t;
 		char *p = gs_alloc(fd, GPU_PAGE, &r.h);
+		long long stale0 = dbg_get("stale_calls");
 
 		tc_get(tc, p, GPU_PAGE, 0, &q);
 		r.id = q.id;
@@ -286,9 +309,11 @@ static void test_race(int fd, int tc)
 		pthread_join(t, NULL);
 		pthread_barrier_destroy(&r.bar);
 		status(tc, q.id, &s);
-		if (r.put_ret == 0 && s.callbacks == 0)
+		/* The put lost iff it was answered as stale (counted). */
+		if (r.put_ret == 0 && s.callbacks == 0 && dbg_get("stale_calls") == stale0)
 			puts++;
-		else if (r.put_ret == -EINVAL && s.callbacks == 1)
+		else if (r.put_ret == -stale && s.callbacks == 1 &&
+			 dbg_get("stale_calls") == stale0 + 1)
 			cbs++;
 		else
 			bad++;
@@ -296,8 +321,10 @@ static void test_race(int fd, int tc)
 		munmap(p, GPU_PAGE);
 	}
 	dbg_set("delay_us", 0);
-	ok(bad == 0, "put racing free, 20 rounds: %d put first, %d callback first, %d inconsistent",
-	   puts, cbs, bad);
+	dbg_set("stale_errno", 0);
+	ok(bad == 0,
+	   "put racing free, 20 rounds, stale_errno=%d: %d put first, %d callback first, %d inconsistent",
+	   stale, puts, cbs, bad);
 }
 
 int main(void)
@@ -307,14 +334,16 @@ int main(void)
 	gs_setup();
 	fd = gs_open();
 	tc = tc_open();
-	test_free_while_pinned(fd, tc);
+	test_free_while_pinned(fd, tc, 0);	/* the 550 driver's answer (default) */
+	test_free_while_pinned(fd, tc, 22);	/* the refusing variant */
 	test_callback_waited_for(fd, tc);
 	test_dma_in_callback(fd, tc);
 	test_close_and_exit(tc);
 	test_persistent(fd, tc);
 	test_mapping_changes(fd, tc);
 	test_many(fd, tc);
-	test_race(fd, tc);
+	test_race(fd, tc, 0);
+	test_race(fd, tc, 22);
 	close(tc);
 	close(fd);
 	return gs_finish();

@@ -192,7 +192,8 @@ static void gs_defaults(void)
 {
 	gs_knob("delay_us", "0");
 	gs_knob("contig_bytes", "65536");
-	gs_knob("stale_errno", "22");
+	/* GPUSIM_STALE_ERRNO=22: run with the refusing variant (default 0, the 550 driver's answer). */
+	gs_knob("stale_errno", getenv("GPUSIM_STALE_ERRNO") ?: "0");
 	gs_knob("fail_errno", "12");
 	gs_knob("reset_totals", "1");
 }
@@ -256,8 +257,9 @@ static void load_modules(const char *args)
 			snprintf(ko, sizeof(ko), "%s/tests/gpusim/gpusim.ko", root_dir());
 		if (access(ko, R_OK))
 			bail("%s is missing: build it with make -C tests/gpusim", ko);
-		if (run("insmod %s", ko))
-			bail("cannot load gpusim");
+		/* GPUSIM_ARGS: gpusim's module arguments (e.g. rm_lock=0). */
+		if (run("insmod %s %s", ko, getenv("GPUSIM_ARGS") ?: ""))
+			bail("cannot load gpusim %s", getenv("GPUSIM_ARGS") ?: "");
 	}
 	gs_defaults();
 	if (access("/sys/module/peermem", F_OK) == 0 && run("rmmod peermem"))
