@@ -13,6 +13,9 @@
 #   --kdir DIR    use this built kernel tree instead of scripts/kernel.sh
 #   -v            stream the guest console (scripts/vm.sh -v)
 #
+# PEERMEM_RM_LOCK_RUN=1 also runs the peermem and e2e areas with gpusim's RM
+# lock (GPUSIM_RM_LOCK=1, docs/gpusim.md), in a second VM boot.
+#
 # Every test prints TAP; every `ok`/`not ok` line is counted, `ok ... # SKIP`
 # as skipped. Each build step is one result too, so a broken build is a
 # failure, not a silent gap. Exit status 0 only if nothing failed.
@@ -145,6 +148,29 @@ if [ ${#gtests[@]} -gt 0 ]; then
 		run_tap "guest tests (scripts/vm.sh)" scripts/vm.sh --kdir "$kdir" "${verbose[@]}" -- "${gtests[@]}"
 	else
 		result fail "guest tests not run: no rig kernel"
+	fi
+fi
+
+# --- peermem and e2e again with gpusim's RM lock ----------------------------
+# gpusim's RM lock (docs/gpusim.md, "The resource manager's lock") is off by
+# default in these areas: with it lockdep reports peermem's registration mutex
+# and the core's umem mapping lock (a cycle with every invalidating client,
+# nvidia-peermem included), and t_peermem_free deadlocks. PEERMEM_RM_LOCK_RUN=1
+# runs them once more with it (one more VM boot, a few minutes when clean).
+if [ "${PEERMEM_RM_LOCK_RUN:-0}" = 1 ]; then
+	rtests=()
+	for a in peermem e2e; do
+		wanted "$a" || continue
+		for t in tests/guest/$a/t_*; do [ -f "$t" ] && [ -x "$t" ] && rtests+=("$t"); done
+	done
+	if [ ${#rtests[@]} -gt 0 ]; then
+		pm_stage "run-all: peermem and e2e with gpusim's RM lock (${#rtests[@]} in one VM boot)"
+		if [ -n "$kdir" ]; then
+			run_tap "guest tests with GPUSIM_RM_LOCK=1 (scripts/vm.sh)" \
+				scripts/vm.sh --kdir "$kdir" "${verbose[@]}" --env GPUSIM_RM_LOCK=1 -- "${rtests[@]}"
+		else
+			result fail "guest tests with GPUSIM_RM_LOCK=1 not run: no rig kernel"
+		fi
 	fi
 fi
 

@@ -32,7 +32,9 @@ pub(crate) static MAX_ALLOC_BYTES: Knob = Knob::new(256 << 20);
 pub(crate) static STALE_ERRNO: Knob = Knob::new(0);
 /// errno of an injected failure.
 pub(crate) static FAIL_ERRNO: Knob = Knob::new(12);
-/// 1 if the RM lock is in use (module parameter `rm_lock`, read-only).
+/// 1 if the RM lock is in use: the module parameter `rm_lock` at load,
+/// then this knob (0 or 1). Switching is safe at any time: a call that took
+/// the lock releases it whatever the knob says by then.
 pub(crate) static RM_LOCK: Knob = Knob::new(0);
 /// Calls refused because the calling thread held the RM lock (a client
 /// calling gpusim from its free callback with `rm_lock=1`).
@@ -177,6 +179,15 @@ fn write_contig(k: &Knob, r: &mut UserSliceReader) -> Result {
     Ok(())
 }
 
+fn write_bool(k: &Knob, r: &mut UserSliceReader) -> Result {
+    let v = parse_u64(r)?;
+    if v > 1 {
+        return Err(EINVAL);
+    }
+    k.store(v, Relaxed);
+    Ok(())
+}
+
 fn write_errno(k: &Knob, r: &mut UserSliceReader) -> Result {
     let v = parse_u64(r)?;
     if v > 4095 {
@@ -222,7 +233,7 @@ const ENTRIES: [(&CStr, &Entry); 7] = [
 ];
 
 fn populate(dir: &ScopedDir<'_, '_>) {
-    let ro: [(&CStr, &'static Knob); 15] = [
+    let ro: [(&CStr, &'static Knob); 14] = [
         (c"live_allocs", &LIVE_ALLOCS),
         (c"live_mem_bytes", &LIVE_MEM_BYTES),
         (c"live_pins", &LIVE_PINS),
@@ -236,7 +247,6 @@ fn populate(dir: &ScopedDir<'_, '_>) {
         (c"pages_pinned", &PAGES_PINNED),
         (c"pages_dma_mapped", &PAGES_DMA_MAPPED),
         (c"dma_runs_mapped", &DMA_RUNS_MAPPED),
-        (c"rm_lock", &RM_LOCK),
         (c"rm_lock_recursions", &RM_LOCK_RECURSIONS),
     ];
     for (name, k) in ro {
@@ -247,6 +257,7 @@ fn populate(dir: &ScopedDir<'_, '_>) {
     dir.read_write_callback_file(c"contig_bytes", &CONTIG_BYTES, &show, &write_contig);
     dir.read_write_callback_file(c"stale_errno", &STALE_ERRNO, &show, &write_errno);
     dir.read_write_callback_file(c"fail_errno", &FAIL_ERRNO, &show, &write_errno);
+    dir.read_write_callback_file(c"rm_lock", &RM_LOCK, &show, &write_bool);
     dir.write_only_callback_file(c"reset_totals", &RESET_DUMMY, &write_reset);
     let fail = dir.dir(c"fail");
     for (name, e) in ENTRIES {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The emulated resource-manager (RM) API lock (module parameter
-//! `rm_lock`).
+//! `rm_lock`, then debugfs `rm_lock`).
 //!
 //! NVIDIA's 550 driver does the work of `nvidia_p2p_get_pages*`,
 //! `nvidia_p2p_put_pages*` and `nvidia_p2p_dma_map_pages` inside its

@@ -188,6 +188,15 @@ static int load_client(const struct suite_cfg *cfg)
 		if (run("insmod %s %s", ko, getenv("GPUSIM_ARGS") ?: ""))
 			bail("cannot load gpusim %s", getenv("GPUSIM_ARGS") ?: "");
 	}
+	/*
+	 * gpusim's RM lock: $GPUSIM_RM_LOCK, off by default here because the
+	 * reference client holds its context lock across nvidia_p2p_get_pages
+	 * and takes it in its free callback, a lockdep cycle with the RM lock
+	 * (docs/gpusim.md, "The resource manager's lock").
+	 */
+	if (cfg->gpusim &&
+	    write_str(GSDBG "rm_lock", getenv("GPUSIM_RM_LOCK") ?: "0"))
+		bail("cannot set gpusim's rm_lock");
 	snprintf(ko, sizeof(ko), "%s/tests/refclient/peer_refclient.ko", root);
 	if (access(ko, R_OK))
 		bail("%s is missing: build it with make -C tests/refclient", ko);

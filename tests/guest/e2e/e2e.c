@@ -242,6 +242,24 @@ static void find_root(void)
 	snprintf(root, sizeof(root), "%s/../../../..", exe);
 }
 
+/*
+ * gpusim's RM lock for this run: $GPUSIM_RM_LOCK (0 or 1). Off by default
+ * here: with it, lockdep reports a cycle for every invalidating client
+ * through the core (the umem mapping lock is held across get_pages and
+ * dma_map and taken by invalidate from the free callback, which runs under
+ * the RM lock), nvidia-peermem included, and peermem's registration mutex
+ * forms another (docs/gpusim.md, "The resource manager's lock").
+ */
+static void gs_set_rm_lock(void)
+{
+	const char *v = getenv("GPUSIM_RM_LOCK") ?: "0";
+	FILE *f = fopen(GSDBG "rm_lock", "w");
+
+	if (!f || fputs(v, f) < 0 || fclose(f))
+		bail("cannot set gpusim's rm_lock to %s", v);
+	diag("gpusim rm_lock=%s", v);
+}
+
 /* 1 if this loaded gpusim, 0 if it was loaded, -1 on failure. */
 static int gpusim_load(void)
 {
@@ -405,6 +423,7 @@ int e2e_run(const struct e2e_client *cl)
 	if (gs_loaded < 0)
 		return finish();
 	ok(gs_idle(), "gpusim starts with no allocation, pin or mapping");
+	gs_set_rm_lock();
 	gs_read(&gstart);
 
 	rc = client_load();

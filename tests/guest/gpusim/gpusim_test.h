@@ -165,6 +165,8 @@ static void gs_reset_knobs(void)
 	dbg_set("delay_us", 0);
 	dbg_set("contig_bytes", 65536);
 	dbg_set("stale_errno", 0);	/* the default: the 550 driver's answer */
+	/* GPUSIM_RM_LOCK=0 runs the area without the RM lock (default on). */
+	dbg_set("rm_lock", getenv("GPUSIM_RM_LOCK") ? atoi(getenv("GPUSIM_RM_LOCK")) : 1);
 	dbg_set("fail_errno", 12);
 	dbg_set("max_alloc_bytes", 256 << 20);
 	dbg_set("reset_totals", 1);	/* also disarms every fail/<entry> */

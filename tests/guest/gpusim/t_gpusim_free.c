@@ -32,7 +32,7 @@ static int tc_read(int tc, uint32_t id, uint64_t off, void *buf, uint64_t len)
  * stale: the stale_errno to run with (0: the 550 driver's answer, the
  * default; 22: the refusing variant).
  */
-static void test_free_while_pinned(int fd, int tc, int stale)
+static void test_free_while_pinned(int fd, int tc, int stale, int rm_lock)
 {
 	struct gpusim_tc_req a, b, s;
 	uint64_t h;
@@ -42,6 +42,7 @@ static void test_free_while_pinned(int fd, int tc, int stale)
 	int ret, cb_want;
 
 	dbg_set("stale_errno", stale);
+	dbg_set("rm_lock", rm_lock);
 	diag("free while pinned, stale_errno=%d, rm_lock=%d", stale, gs_rm_lock());
 	ok(tc_get(tc, p, 4 * GPU_PAGE, 0, &a) == 0, "pin the whole allocation");
 	ok(tc_get(tc, p + GPU_PAGE, GPU_PAGE, GPUSIM_TC_CB_PUT, &b) == 0,
@@ -72,6 +73,7 @@ static void test_free_while_pinned(int fd, int tc, int stale)
 	tc_id(tc, GPUSIM_TC_FORGET, b.id, 0, &s);
 	munmap(p, 4 * GPU_PAGE);
 	dbg_set("stale_errno", 0);
+	gs_reset_knobs();	/* rm_lock back to this run's setting */
 }
 
 static void test_callback_waited_for(int fd, int tc)
@@ -334,8 +336,12 @@ int main(void)
 	gs_setup();
 	fd = gs_open();
 	tc = tc_open();
-	test_free_while_pinned(fd, tc, 0);	/* the 550 driver's answer (default) */
-	test_free_while_pinned(fd, tc, 22);	/* the refusing variant */
+	/* stale_errno 0 (the 550 driver's answer, default) and 22 (refusing),
+	 * each with and without the RM lock. */
+	test_free_while_pinned(fd, tc, 0, 1);
+	test_free_while_pinned(fd, tc, 22, 1);
+	test_free_while_pinned(fd, tc, 0, 0);
+	test_free_while_pinned(fd, tc, 22, 0);
 	test_callback_waited_for(fd, tc);
 	test_dma_in_callback(fd, tc);
 	test_close_and_exit(tc);

@@ -125,6 +125,7 @@ static void test_bad_knobs(void)
 
 	ok(dbg_set("fail_errno", 5000) == -EINVAL, "fail_errno=5000 refused");
 	ok(dbg_set("stale_errno", 4096) == -EINVAL, "stale_errno=4096 refused");
+	ok(dbg_set("rm_lock", 2) == -EINVAL, "rm_lock=2 refused (0 or 1)");
 	ok(dbg_set("fail/get_pages", -1) == -EINVAL, "fail/get_pages=-1 refused");
 	fd = open(DBG "delay_us", O_WRONLY);
 	ok(fd >= 0 && write(fd, "abc", 3) < 0 && errno == EINVAL, "delay_us=abc refused");
