@@ -17,7 +17,7 @@
  * free sweeps both.
  *
  * That second order exists only without gpusim's RM lock (rm_lock=0). With
- * it (the default, as NVIDIA's driver: RM holds its API lock across the
+ * it (GPUSIM_RM_LOCK=1, as NVIDIA's driver: RM holds its API lock across the
  * whole free, callbacks included, and put_pages takes it too) a put that
  * meets a pending callback waits for the free to finish and then answers 0
  * for a page table that is gone: no callback can come after its put
