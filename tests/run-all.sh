@@ -153,10 +153,13 @@ fi
 
 # --- peermem and e2e again with gpusim's RM lock ----------------------------
 # gpusim's RM lock (docs/gpusim.md, "The resource manager's lock") is off by
-# default in these areas: with it lockdep reports peermem's registration mutex
-# and the core's umem mapping lock (a cycle with every invalidating client,
-# nvidia-peermem included), and t_peermem_free deadlocks. PEERMEM_RM_LOCK_RUN=1
-# runs them once more with it (one more VM boot, a few minutes when clean).
+# default in these areas: with it lockdep reports the core's umem mapping lock
+# (held across the client's dma_map, so across nvidia_p2p_dma_map_pages, and
+# taken by invalidate from the free callback: a cycle with every invalidating
+# client, nvidia-peermem included, as in OFED), and t_peermem_free's
+# register-versus-free race deadlocks (docs/module.md, "Locking"). peermem's
+# own lock is out of it: tests/host/rmlock. PEERMEM_RM_LOCK_RUN=1 runs the
+# areas once more with it (one more VM boot; expect that report).
 if [ "${PEERMEM_RM_LOCK_RUN:-0}" = 1 ]; then
 	rtests=()
 	for a in peermem e2e; do

@@ -32,14 +32,15 @@
 //! Its state ([`Phase`]) lives under its own lock:
 //!
 //! ```text
-//!  acquire: New --pin--> Pinned --get_pages (ticket)--> Pinned --dma_map--> Mapped
-//!                                                         ^                  |
-//!                                                         +----dma_unmap-----+
+//!  acquire: New --pin--> Pinned --get_pages (ticket)--> Pinned --dma_map--> Mapping --> Mapped
+//!                                                         ^      (map failed) |          |
+//!                                                         +------------------+-dma_unmap-+
 //!  put_pages/release:  Pinned --> Unpinning --put returned 0, reference taken--> Unpinned
 //!                                     |   (refused, or the callback took the reference)
 //!                                     |            --> CallbackPending --free callback--> Freed
 //!                                     | free callback meanwhile: noted, then --> Freed
-//!  free callback:  Pinned | Mapped --> Freed   (then: invalidate, free the DMA mapping)
+//!  free callback:  New | Pinned | Mapped --> Freed   (then: invalidate, free the DMA mapping)
+//!                  (Mapping: waits until dma_map ends it)
 //!  address change: Pinned | Mapped, revoked (then: invalidate, unmap, unpin as put_pages does)
 //! ```
 //!
@@ -57,15 +58,22 @@
 //!
 //! # Locking
 //!
-//! The registration lock is held across `nvidia_p2p_get_pages` (in
-//! `acquire`: an early free callback waits until the object is complete)
-//! and across `nvidia_p2p_dma_map_pages`/`_dma_unmap_pages` (so the page
-//! table cannot be freed under them). It is never held while calling the
-//! core's invalidate (the core waits there for the umem's mapping lock,
-//! held across `get_pages`/`dma_map`, which take this lock) nor across
-//! `nvidia_p2p_put_pages` (the GPU driver may call the free callback, which
-//! takes this lock, with a driver lock held that `put_pages` needs). See
-//! `docs/module.md`.
+//! NVIDIA's driver takes its resource-manager (RM) lock inside
+//! `nvidia_p2p_get_pages*`, `nvidia_p2p_dma_map_pages` and
+//! `nvidia_p2p_put_pages*`, and calls free callbacks with it held (gpusim's
+//! `rm_lock` emulates it). The free callback takes the registration lock,
+//! so the registration lock is never held across any of those calls:
+//! `acquire` pins before it locks (a callback that comes first finds `New`
+//! and leaves `Freed`), `dma_map` maps in `Mapping`, outside the lock (the
+//! table is its own then; every other path waits for the phase to end), and
+//! `unpin` puts outside the lock. Nor is it held while calling the core's
+//! invalidate (the core waits there for the umem's mapping lock, held
+//! across `get_pages`/`dma_map`, which take this lock). Only
+//! `nvidia_p2p_dma_unmap_pages` runs under it (the driver takes no RM lock
+//! there). What remains is not peermem's: OFED's core holds the umem's
+//! mapping lock across `dma_map`, hence across `nvidia_p2p_dma_map_pages`,
+//! and a free callback must invalidate through the core, which takes that
+//! lock. See `docs/module.md`, "Locking".
 
 use crate::kapi::device::DmaDevice;
 use crate::kapi::mmu_notifier::AddressChange;

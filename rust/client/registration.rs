@@ -14,7 +14,7 @@ use crate::kapi::object_count::ObjectCount;
 use crate::kapi::peer_mem::Ticket;
 use crate::kapi::print::warn_ratelimited;
 use crate::kapi::scatterlist::{SgTable, SgView};
-use crate::kapi::sync::{new_condvar, new_lock, CondVar, Lock};
+use crate::kapi::sync::{new_condvar, new_lock, CondVar, Lock, LockGuard};
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -24,10 +24,15 @@ type Table = PageTable<Registration>;
 
 /// Where a registration is in its life (see the module documentation).
 enum Phase {
-    /// Being built by `acquire`, which holds the lock; or its pin failed.
+    /// Being built by `acquire` (not pinned yet), or its pin failed.
     New,
     /// The GPU pages are pinned.
     Pinned(Table),
+    /// `dma_map` is mapping the table for the DMA device, outside the lock
+    /// (`nvidia_p2p_dma_map_pages` takes the GPU driver's lock, under which
+    /// the driver calls free callbacks). The table is `dma_map`'s until it
+    /// ends this phase: everyone else waits for that (`mapping_done`).
+    Mapping,
     /// Pinned and mapped for the core's (PCI) DMA device.
     Mapped(MappedTable<Registration>),
     /// `put_pages`/`release` is giving the page table back, outside the
@@ -85,6 +90,9 @@ pub(crate) struct Registration {
     /// Signalled when `inner.invalidating` drops to 0.
     #[pin]
     invalidated: CondVar,
+    /// Signalled when `dma_map` ends `Phase::Mapping`.
+    #[pin]
+    mapping_done: CondVar,
     /// Last: fields drop in declaration order, and module unload waits
     /// until this count drops; everything before (the watch's and
     /// `inner`'s drops: module code) must have run by then.
@@ -158,6 +166,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
                 "peermem_registration"
             ),
             invalidated <- new_condvar!("peermem_registration_invalidated"),
+            mapping_done <- new_condvar!("peermem_registration_mapping_done"),
             _live: Live::new(stats),
         }),
         GFP_KERNEL,
@@ -187,16 +196,17 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         }
     }
 
-    // Held across the pin: a free callback arriving at once waits for a
-    // complete object.
-    let mut g = reg.inner.lock();
+    // Not held across the pin: NVIDIA's driver takes its resource-manager
+    // lock inside `nvidia_p2p_get_pages` and calls free callbacks with it
+    // held, and the callback takes the registration lock. A callback that
+    // comes before the table is stored below finds `New` and leaves
+    // `Freed`: the driver frees the table when the callback returns.
     let callback = (!persistent).then(|| reg.clone());
     let pt = match nvidia_p2p::get_pages(range.aligned_start(), range.aligned_len(), callback) {
         Ok(pt) => pt,
         Err(e) => {
             // Not GPU memory (EINVAL), or the driver could not pin it:
             // either way not ours, nothing held.
-            drop(g);
             reg.stop_watch();
             stats.registrations_declined.inc();
             if e != EINVAL {
@@ -207,6 +217,22 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         }
     };
     stats.page_tables_pinned.inc();
+    let mut g = reg.inner.lock();
+    if !matches!(g.phase, Phase::New) {
+        // `Freed`: the memory was freed right after the pin; the table is
+        // the driver's (it may be gone already), not read.
+        drop(g);
+        pt.give_to_driver();
+        count_unpinned(stats, 0);
+        reg.stop_watch();
+        stats.registrations_declined.inc();
+        warn_ratelimited(
+            c"the GPU memory was freed while it was being registered; declining the range",
+        );
+        return None;
+    }
+    // From here until the lock is dropped the callback cannot run: the
+    // table can be read.
     stats.pages_pinned.add(u64::from(pt.entries()));
     stats
         .bytes_pinned
@@ -291,63 +317,76 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
     if g.revoked {
         return Err(revoked_error());
     }
-    let pt = match core::mem::replace(&mut g.phase, Phase::New) {
-        Phase::Pinned(pt) if g.ticket.is_some() => pt,
-        other => {
-            let freed = matches!(other, Phase::Freed);
-            g.phase = other;
-            stats.errors.inc();
-            if freed {
-                warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
-                return Err(EFAULT);
-            }
-            pr_err!("dma_map without get_pages, or twice; refusing (a peer-memory core bug)\n");
-            return Err(EINVAL);
+    if !matches!(g.phase, Phase::Pinned(_)) || g.ticket.is_none() {
+        stats.errors.inc();
+        if matches!(g.phase, Phase::Freed) {
+            warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
+            return Err(EFAULT);
         }
-    };
-    // Each arm ends with the table back in a phase: mapped, or pinned.
-    let result = match dev {
-        None => {
-            report_no_dma_device();
-            Err((pt, EINVAL))
-        }
-        Some(DmaDevice::Other(dev)) => {
-            dev.report();
-            Err((pt, EINVAL))
-        }
+        pr_err!("dma_map without get_pages, or twice; refusing (a peer-memory core bug)\n");
+        return Err(EINVAL);
+    }
+    let (pdev, max_seg_size, seg_boundary) = match dev {
         Some(DmaDevice::Pci {
             pdev,
             max_seg_size,
             seg_boundary,
-        }) => match pt.dma_map(pdev) {
-            Err((pt, e)) => {
-                warn_ratelimited(
-                    c"nvidia_p2p_dma_map_pages failed; the registration fails with its error",
+        }) => (pdev, *max_seg_size, *seg_boundary),
+        None => {
+            stats.errors.inc();
+            report_no_dma_device();
+            return Err(EINVAL);
+        }
+        Some(DmaDevice::Other(dev)) => {
+            stats.errors.inc();
+            dev.report();
+            return Err(EINVAL);
+        }
+    };
+    let Phase::Pinned(pt) = core::mem::replace(&mut g.phase, Phase::Mapping) else {
+        // Checked above, under the same lock.
+        return Err(EINVAL);
+    };
+    // Mapped outside the lock: `nvidia_p2p_dma_map_pages` takes the GPU
+    // driver's lock, under which the driver calls the free callback, which
+    // takes this lock. While `Mapping` the table is ours alone: the free
+    // callback, an address change and every other callback wait for the
+    // phase to end (`lock_settled`).
+    drop(g);
+    let result = match pt.dma_map(pdev) {
+        Err((pt, e)) => {
+            warn_ratelimited(
+                c"nvidia_p2p_dma_map_pages failed; the registration fails with its error",
+            );
+            Err((pt, e))
+        }
+        Ok(m) => {
+            let checked = check_dma_mapping(&m).map_err(|why| {
+                pr_err!(
+                    "the GPU driver's DMA mapping is unusable: {}; refusing it\n",
+                    why
                 );
-                Err((pt, e))
-            }
-            Ok(m) => {
-                let checked = check_dma_mapping(&m).map_err(|why| {
-                    pr_err!(
-                        "the GPU driver's DMA mapping is unusable: {}; refusing it\n",
-                        why
-                    );
-                    EINVAL
-                });
-                match checked.and_then(|()| map_pci(&m, *max_seg_size, *seg_boundary)) {
-                    Ok(sgt) => Ok((sgt, m)),
-                    Err(e) => {
-                        let (pt, res) = m.unmap();
-                        if let Err(ue) = res {
-                            pr_err!("nvidia_p2p_dma_unmap_pages failed ({}) undoing a refused mapping\n", ue.to_errno());
-                        }
-                        Err((pt, e))
+                EINVAL
+            });
+            match checked.and_then(|()| map_pci(&m, max_seg_size, seg_boundary)) {
+                Ok(sgt) => Ok((sgt, m)),
+                Err(e) => {
+                    let (pt, res) = m.unmap();
+                    if let Err(ue) = res {
+                        pr_err!(
+                            "nvidia_p2p_dma_unmap_pages failed ({}) undoing a refused mapping\n",
+                            ue.to_errno()
+                        );
                     }
+                    Err((pt, e))
                 }
             }
-        },
+        }
     };
-    match result {
+    // Nothing changed meanwhile: every other path waited (an address
+    // change marks the registration revoked only after this phase ends).
+    let mut g = reg.inner.lock();
+    let out = match result {
         Ok((sgt, mapped)) => {
             stats.dma_maps.inc();
             stats
@@ -364,7 +403,10 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
             g.phase = Phase::Pinned(pt);
             Err(e)
         }
-    }
+    };
+    drop(g);
+    reg.mapping_done.notify_all();
+    out
 }
 
 /// Set once `dma_map` was called without a DMA device (see [`report_no_dma_device`]).
@@ -391,7 +433,7 @@ fn unmap_locked(stats: &Stats, mapped: MappedTable<Registration>) -> Table {
 /// `dma_unmap`: undo `dma_map` (if the free callback did not already) and
 /// free our table. `sgl` identifies the table the core hands back.
 pub(crate) fn dma_unmap(reg: &Registration, sgl: usize) {
-    let mut g = reg.inner.lock();
+    let mut g = reg.lock_settled();
     // Freed: the free callback gave the mapping back already.
     g.unmap(reg.stats());
     if let Some(sgt) = g.sgt.take() {
@@ -422,7 +464,7 @@ pub(crate) fn release(reg: Arc<Registration>) {
     // the core tore the mapping down first). The core must stay registered
     // until that call returned, and it does while we are in release.
     {
-        let mut g = reg.inner.lock();
+        let mut g = reg.lock_settled();
         while g.invalidating != 0 {
             reg.invalidated.wait(&mut g);
         }
@@ -465,8 +507,18 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     let stats = reg.stats();
     stats.free_callbacks.inc();
     let (ticket, mapped) = {
-        let mut g = reg.inner.lock();
+        // Waits while `dma_map` maps the table: it is `dma_map`'s then, and
+        // must stay valid until the driver's map call returned. (A free
+        // racing a registration of the same memory on NVIDIA's driver: the
+        // map call may wait for the driver's lock this callback runs under.
+        // No client can avoid that: docs/module.md, "Locking".)
+        let mut g = reg.lock_settled();
         match core::mem::replace(&mut g.phase, Phase::Freed) {
+            Phase::New => {
+                // The memory was freed right after the pin, before `acquire`
+                // stored the table: it sees `Freed` and declines.
+                (None, None)
+            }
             Phase::Pinned(pt) => {
                 count_unpinned(stats, pt.entries());
                 pt.give_to_driver();
@@ -487,9 +539,8 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
             // before `unpin` looked: this is that callback.
             Phase::CallbackPending => (None, None),
             other => {
-                // New cannot be seen (acquire holds the lock until Pinned,
-                // and a failed pin has no callback); Freed/Unpinned hold no
-                // registry entry, so no callback gets here for them.
+                // Freed/Unpinned hold no registry entry, so no callback
+                // gets here for them (Mapping was waited out above).
                 g.phase = other;
                 stats.errors.inc();
                 pr_err!("free callback for a page table peermem no longer holds; ignoring it (a GPU driver bug)\n");
@@ -530,7 +581,7 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
 /// do if the memory was freed or given back meanwhile.
 pub(crate) fn address_changed(reg: Arc<Registration>) {
     let ticket = {
-        let mut g = reg.inner.lock();
+        let mut g = reg.lock_settled();
         if g.revoked || !matches!(g.phase, Phase::Pinned(_) | Phase::Mapped(..)) {
             return;
         }
@@ -549,7 +600,7 @@ pub(crate) fn address_changed(reg: Arc<Registration>) {
     }
     inject::DELAY_ADDRESS_CHANGE_MS.delay();
     // The table itself stays until dma_unmap or the registration goes.
-    reg.inner.lock().unmap(reg.stats());
+    reg.lock_settled().unmap(reg.stats());
     reg.unpin();
 }
 
@@ -596,6 +647,16 @@ impl Registration {
         }
     }
 
+    /// Locks the registration once no `dma_map` is mapping its table
+    /// outside the lock (`Phase::Mapping`).
+    fn lock_settled(&self) -> LockGuard<'_, Inner> {
+        let mut g = self.inner.lock();
+        while matches!(g.phase, Phase::Mapping) {
+            self.mapping_done.wait(&mut g);
+        }
+        g
+    }
+
     /// Stops the address-space watch, if any (see [`AddressWatch::start`]).
     fn stop_watch(&self) {
         if let Some(w) = &self.watch {
@@ -612,7 +673,7 @@ impl Registration {
         // needed of the table and make it a pending put. Once the lock is
         // dropped the callback may run and the driver free the table.
         let (pending, pages) = {
-            let mut g = self.inner.lock();
+            let mut g = self.lock_settled();
             let pt = match core::mem::replace(
                 &mut g.phase,
                 Phase::Unpinning {

@@ -12,6 +12,10 @@
 /// A sleeping lock protecting a `T` (the kernel's `Mutex`).
 pub(crate) type Lock<T> = kernel::sync::Mutex<T>;
 
+/// A held [`Lock`] (7.x calls it `MutexGuard`; 6.12 has only the long name).
+pub(crate) type LockGuard<'a, T> =
+    kernel::sync::lock::Guard<'a, T, kernel::sync::lock::mutex::MutexBackend>;
+
 /// An initializer for a [`Lock`] holding `$value`, named `$name` for lockdep.
 macro_rules! new_lock {
     ($value:expr, $name:literal) => {

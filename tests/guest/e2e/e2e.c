@@ -247,8 +247,8 @@ static void find_root(void)
  * here: with it, lockdep reports a cycle for every invalidating client
  * through the core (the umem mapping lock is held across get_pages and
  * dma_map and taken by invalidate from the free callback, which runs under
- * the RM lock), nvidia-peermem included, and peermem's registration mutex
- * forms another (docs/gpusim.md, "The resource manager's lock").
+ * the RM lock), nvidia-peermem included (docs/module.md, "Locking";
+ * docs/gpusim.md, "The resource manager's lock").
  */
 static void gs_set_rm_lock(void)
 {

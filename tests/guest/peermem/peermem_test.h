@@ -196,13 +196,12 @@ static void gs_defaults(void)
 	gs_knob("stale_errno", getenv("GPUSIM_STALE_ERRNO") ?: "0");
 	/*
 	 * GPUSIM_RM_LOCK=1: hold gpusim's RM lock as NVIDIA's driver does.
-	 * Off by default in this area until peermem's lock order is fixed:
-	 * peermem holds its registration mutex across nvidia_p2p_get_pages and
-	 * dma_map_pages and takes it in its free callback, which the RM lock
-	 * turns into a lockdep cycle and a real deadlock (t_peermem_free hangs),
-	 * and the core's umem mapping lock, held across get_pages/dma_map and
-	 * taken by invalidate from the free callback, forms the same cycle
-	 * (docs/gpusim.md, "The resource manager's lock").
+	 * Off by default in this area: the core's umem mapping lock, held
+	 * across get_pages/dma_map (so across nvidia_p2p_dma_map_pages) and
+	 * taken by invalidate from the free callback, forms a cycle with it
+	 * for every invalidating client, as in OFED, and t_peermem_free's
+	 * register-versus-free race then deadlocks for real (docs/module.md,
+	 * "Locking"). peermem's own lock is in no cycle: tests/host/rmlock.
 	 */
 	gs_knob("rm_lock", getenv("GPUSIM_RM_LOCK") ?: "0");
 	gs_knob("fail_errno", "12");
