@@ -197,7 +197,20 @@ int main(void)
 	 * only in a round where peermem called it.
 	 */
 	e0 = pm("errors");
-	{
+	if (gs("rm_lock") == 1) {
+		/*
+		 * With the GPU driver's RM lock a free landing while the
+		 * registering thread waits for that lock inside
+		 * nvidia_p2p_dma_map_pages (holding the core's umem mapping lock)
+		 * deadlocks: the callback, run under the RM lock, must wait for
+		 * the map to finish (peermem) or for the mapping lock (the core's
+		 * invalidate; nvidia-peermem). No client can avoid it with
+		 * OFED's core and NVIDIA's API: docs/module.md, "Locking".
+		 */
+		skip("races of a free with registrations: not run with gpusim's RM lock (rm_lock=1): "
+		     "a free landing inside nvidia_p2p_dma_map_pages deadlocks every invalidating client "
+		     "(OFED's mapping lock held across dma_map; docs/module.md, Locking)");
+	} else {
 		int regs_ok = 0, regs_failed = 0, bad_errno = 0, refused_maps = 0, rounds = 24;
 		/* How long a registration takes, with gpusim's delay and without. */
 		useconds_t t_reg[2];
