@@ -37,6 +37,9 @@ impl Knob {
     }
 }
 
+/// Delay in `acquire` after the pin, before the registration lock is taken
+/// (the pin runs with no lock held).
+pub(crate) static DELAY_ACQUIRE_MS: Knob = Knob::new();
 /// Delay at the start of `get_pages` (between `acquire` and the ticket).
 pub(crate) static DELAY_GET_PAGES_MS: Knob = Knob::new();
 /// Delay at the start of `dma_map` (after `get_pages`, before the mapping).
@@ -60,6 +63,7 @@ pub(crate) static DELAY_TEARDOWN_MS: Knob = Knob::new();
 
 /// Calls `f` with the file name and the knob, for every knob.
 pub(crate) fn for_each(mut f: impl FnMut(&'static core::ffi::CStr, &'static Knob)) {
+    f(c"inject_delay_acquire_ms", &DELAY_ACQUIRE_MS);
     f(c"inject_delay_get_pages_ms", &DELAY_GET_PAGES_MS);
     f(c"inject_delay_dma_map_ms", &DELAY_DMA_MAP_MS);
     f(c"inject_delay_unpin_ms", &DELAY_UNPIN_MS);

@@ -217,6 +217,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         }
     };
     stats.page_tables_pinned.inc();
+    inject::DELAY_ACQUIRE_MS.delay();
     let mut g = reg.inner.lock();
     if !matches!(g.phase, Phase::New) {
         // `Freed`: the memory was freed right after the pin; the table is
