@@ -158,7 +158,8 @@ fi
 # taken by invalidate from the free callback: a cycle with every invalidating
 # client, nvidia-peermem included, as in OFED), and t_peermem_free's
 # register-versus-free race deadlocks (docs/module.md, "Locking"). peermem's
-# own lock is out of it: tests/host/rmlock. PEERMEM_RM_LOCK_RUN=1 runs the
+# registration mutex is out of it (tests/host/rmlock); a free callback waits
+# for its Mapping phase, its share of the core's cycle. PEERMEM_RM_LOCK_RUN=1 runs the
 # areas once more with it (one more VM boot; expect that report).
 if [ "${PEERMEM_RM_LOCK_RUN:-0}" = 1 ]; then
 	rtests=()

@@ -201,7 +201,9 @@ static void gs_defaults(void)
 	 * taken by invalidate from the free callback, forms a cycle with it
 	 * for every invalidating client, as in OFED, and t_peermem_free's
 	 * register-versus-free race then deadlocks for real (docs/module.md,
-	 * "Locking"). peermem's own lock is in no cycle: tests/host/rmlock.
+	 * "Locking"). peermem's registration mutex is in no cycle
+	 * (tests/host/rmlock); its Mapping phase, which a free callback
+	 * waits out, is its share of the core's cycle.
 	 */
 	gs_knob("rm_lock", getenv("GPUSIM_RM_LOCK") ?: "0");
 	gs_knob("fail_errno", "12");
