@@ -8,8 +8,10 @@
 #
 #   scripts/demo.sh [--skip-setup] [--kdir DIR] [--bench [ROUNDS]]
 #
-# --bench: the same setup and builds, then the benchmarks instead of the
-# demo (tests/bench/bench_peermem; scripts/bench.sh says this for you).
+# --bench: the benchmarks instead of the demo: runs scripts/bench.sh
+# --rounds ROUNDS (default 20), which sets up, builds the plain rig kernel,
+# gpusim's test client, nvidia-peermem and the benchmark itself (--kdir
+# is not passed on: the benchmarks want the plain kernel).
 set -euo pipefail
 # Read whole before running (the braces below): a script edited while it
 # runs, or waits for a lock, must not change under the running shell.
@@ -29,6 +31,12 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
+if [ -n "$bench" ]; then
+	sargs=(--rounds "$bench_rounds")
+	[ "$skip_setup" = 1 ] && sargs+=(--skip-setup)
+	pm_stage "demo: the benchmarks (scripts/bench.sh ${sargs[*]})"
+	exec scripts/bench.sh "${sargs[@]}"
+fi
 if [ "$skip_setup" = 0 ]; then
 	pm_stage "demo: host setup"
 	scripts/setup-host.sh
@@ -58,13 +66,6 @@ build . "peermem module"
 build tests/refclient "reference client"
 build tests/guest/e2e "demo program"
 
-if [ -n "$bench" ]; then
-	build tests/bench "benchmarks"
-	pm_stage "demo: boot the rig and run tests/bench/bench_peermem $bench_rounds in it"
-	scripts/vm.sh --kdir "$kdir" --no-kmemleak --cmd "$PEERMEM_ROOT/tests/bench/bench_peermem $bench_rounds"
-	pm_stage "demo: done"
-	exit
-fi
 pm_stage "demo: boot the rig and run tests/vm/demo-guest.sh in it"
 scripts/vm.sh --kdir "$kdir" --no-kmemleak --cmd "bash $PEERMEM_ROOT/tests/vm/demo-guest.sh"
 pm_stage "demo: done"
