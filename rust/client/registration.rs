@@ -61,7 +61,8 @@ struct Inner {
     /// only its `dma_unmap` or `release` says it is done with them.
     sgt: Option<SgTable>,
     /// The process unmapped or moved the range: the registration is dead
-    /// (invalidated, unpinned), and `get_pages`/`dma_map` fail.
+    /// (invalidated, unpinned), and `get_pages`/`dma_map` fail. Set in
+    /// `New` (during the pin in `acquire`): `acquire` declines the range.
     revoked: bool,
     /// Calls of the core's invalidate for this registration's ticket that
     /// are running (free callback, address change). `release` waits for
@@ -238,6 +239,18 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     stats
         .bytes_pinned
         .add(u64::from(pt.entries()) * GPU_PAGE_SIZE);
+    if g.revoked {
+        // The range was unmapped or moved during the pin (the address
+        // watch's work item found `New` and left this mark; the watch does
+        // not fire again): what the pin found is no longer what the
+        // address means. Declined, so the registration fails with EFAULT.
+        g.phase = Phase::Pinned(pt);
+        drop(g);
+        reg.stop_watch();
+        reg.unpin();
+        stats.registrations_declined.inc();
+        return None;
+    }
     if let Err(why) = check_page_table(&pt, &range) {
         stats.errors.inc();
         stats.registrations_declined.inc();
@@ -583,8 +596,20 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
 pub(crate) fn address_changed(reg: Arc<Registration>) {
     let ticket = {
         let mut g = reg.lock_settled();
-        if g.revoked || !matches!(g.phase, Phase::Pinned(_) | Phase::Mapped(..)) {
+        if g.revoked {
             return;
+        }
+        match g.phase {
+            // `acquire` is pinning with the lock dropped: it finds the mark
+            // when it takes the lock and declines the range.
+            Phase::New => {
+                g.revoked = true;
+                drop(g);
+                reg.stats().address_changes.inc();
+                return;
+            }
+            Phase::Pinned(_) | Phase::Mapped(..) => {}
+            _ => return,
         }
         g.revoked = true;
         g.begin_invalidate()
