@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The race soak (outside CI; tests/run-all.sh runs a short one as
+# tests/guest/soak/t_soak_short): several processes with two threads each
+# loop over whole registration lifetimes on gpusim memory in the debug rig
+# (KASAN, lockdep, kmemleak, DMA-API debug), with random sizes, sub-ranges,
+# teardown orders (dereg, GPU free, munmap, mremap, MAP_FIXED, fork, exit)
+# and delay knobs, every byte checked, the client reloaded every few epochs
+# (tests/guest/soak/soak.h says what a round does and checks).
+#
+#   scripts/soak.sh [--rounds N] [--seconds S] [--client peermem|nvpeermem]
+#                   [--procs P] [--epochs E] [--reload-every K] [--seed N]
+#                   [--kdir DIR] [-v]
+#
+#   --rounds N     rounds in total (default 100000)
+#   --seconds S    stop after S seconds even if the rounds are not done
+#   --client C     peermem (default) or nvpeermem: NVIDIA's nvidia-peermem,
+#                  unmodified, built by tests/nvpeermem/build.sh
+#   --procs P      worker processes, two threads each (default 3)
+#   --epochs E     epochs (default 50): between two, everything must be idle
+#   --reload-every K  unload and reload the client every K epochs (default 5)
+#   --seed N       the random seed (default: the time)
+#   --kdir DIR     the built debug rig kernel (default: scripts/kernel.sh)
+#   -v             stream the guest console
+#
+# Builds gpusim, peermem (or nvidia-peermem) and the soak, boots the rig
+# once and runs it; prints progress lines every 30 s and a final TAP table;
+# any kernel report, kmemleak or DMA-API leak fails the run (scripts/vm.sh).
+# Exit status 0 only if everything passed.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+cd "$PEERMEM_ROOT"
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+rounds=100000 seconds=0 client=peermem procs=3 epochs=50 reload=5 seed=0 kdir= verbose=()
+need() { [ $# -ge 2 ] && [ -n "$2" ] || pm_die "option $1 needs a value (scripts/soak.sh --help)"; }
+uint() { [[ $2 =~ ^[0-9]+$ ]] || pm_die "$1 wants a number, got '$2'"; }
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--rounds) need "$@"; uint "$@"; rounds=$2; shift 2 ;;
+	--seconds) need "$@"; uint "$@"; seconds=$2; shift 2 ;;
+	--client) need "$@"; client=$2; shift 2 ;;
+	--procs) need "$@"; uint "$@"; procs=$2; shift 2 ;;
+	--epochs) need "$@"; uint "$@"; epochs=$2; shift 2 ;;
+	--reload-every) need "$@"; uint "$@"; reload=$2; shift 2 ;;
+	--seed) need "$@"; uint "$@"; seed=$2; shift 2 ;;
+	--kdir) need "$@"; kdir=$2; shift 2 ;;
+	-v) verbose=(-v); shift ;;
+	-h|--help) usage ;;
+	*) pm_die "unknown argument '$1' (scripts/soak.sh --help)" ;;
+	esac
+done
+case "$client" in peermem|nvpeermem) ;; *) pm_die "--client wants peermem or nvpeermem, got '$client'" ;; esac
+[ "$rounds" -ge 1 ] && [ "$procs" -ge 1 ] && [ "$procs" -le 64 ] && [ "$epochs" -ge 1 ] ||
+	pm_die "--rounds >= 1, --procs 1..64, --epochs >= 1"
+[ -n "$kdir" ] || kdir=$(scripts/kernel.sh --print-kdir)
+[ -f "$kdir/arch/x86/boot/bzImage" ] || pm_die "no built rig kernel in '$kdir' (scripts/kernel.sh builds it)"
+
+make -C tests/gpusim KDIR="$kdir" LLVM=-19 >/dev/null
+if [ "$client" = peermem ]; then
+	make KDIR="$kdir" LLVM=-19 >/dev/null
+else
+	tests/nvpeermem/build.sh --kdir "$kdir" >/dev/null
+fi
+make -C tests/guest/soak >/dev/null
+
+# Time: the rounds at 3-4 a second under TCG on the debug kernel (measured:
+# 3.5 with 3 processes), so 2 a second, and slack.
+limit=$((seconds > 0 ? seconds + 600 : rounds / 2 + 900))
+scripts/vm.sh --kdir "$kdir" "${verbose[@]}" --test-timeout "$limit" \
+	--env SOAK_ROUNDS="$rounds" --env SOAK_SECONDS="$seconds" --env SOAK_CLIENT="$client" \
+	--env SOAK_PROCS="$procs" --env SOAK_EPOCHS="$epochs" --env SOAK_RELOAD_EVERY="$reload" \
+	--env SOAK_SEED="$seed" -- tests/guest/soak/soak

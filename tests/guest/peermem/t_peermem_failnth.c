@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Kernel fault injection at every allocation of peermem's registration and
+ * teardown paths (and of the core, rxe and uverbs on the way), with the
+ * debug rig's failslab and fail_page_alloc and the per-task fail-nth: for
+ * each path, make the 1st, 2nd, 3rd ... allocation of this thread fail
+ * until the call runs without reaching the n-th (the fault was not
+ * injected: every allocation point of that call was tried once). After
+ * each step: the errno is one docs/module.md documents, nothing is left
+ * registered, pinned or mapped, and the client still works (a
+ * registration without a fault, bytes read back over RDMA). The kernel
+ * side (reports, kmemleak, DMA-API leaks) is checked by scripts/vm.sh.
+ *
+ * Paths: ibv_reg_mr (acquire, get_pages, dma_map), ibv_dereg_mr
+ * (dma_unmap, put_pages, release), GPUSIM_IOC_FREE under a live MR (the
+ * free callback and the core's invalidate), munmap under a live MR (the
+ * mmu notifier's callback; its work item runs in a kworker, where a
+ * per-task fault cannot reach: not covered here), and loading peermem
+ * (finit_module: the loader, peermem's init, its registration with the
+ * core: t_peermem_failnth_load, the same program built with
+ * FAILNTH_LOAD_ONLY, to keep each within the runner's time limit).
+ */
+#include "peermem_test.h"
+#include <sys/syscall.h>
+
+#define LEN (4 * GPU_PAGE)
+#define MAX_STEPS 3000
+
+static struct conn c;
+static struct ibv_mr *hmr;
+static uint8_t *h;
+static int fd, fnth;
+
+static void fnth_set(int n)
+{
+	char b[16];
+	int l = snprintf(b, sizeof(b), "%d", n);
+
+	if (pwrite(fnth, b, l, 0) != l)
+		bail("cannot write fail-nth: %s", strerror(errno));
+}
+
+/* Reset fail-nth; returns what was left (0: the fault was injected). */
+static int fnth_take(void)
+{
+	char b[16] = "";
+	int left;
+
+	if (pread(fnth, b, sizeof(b) - 1, 0) <= 0)
+		bail("cannot read fail-nth: %s", strerror(errno));
+	left = atoi(b);
+	fnth_set(0);
+	return left;
+}
+
+static void fault_setup(void)
+{
+	char p[64];
+
+	run("echo N > /sys/kernel/debug/failslab/ignore-gfp-wait");
+	run("echo 0 > /sys/kernel/debug/failslab/verbose");
+	run("echo N > /sys/kernel/debug/fail_page_alloc/ignore-gfp-wait");
+	run("echo N > /sys/kernel/debug/fail_page_alloc/ignore-gfp-highmem");
+	run("echo 0 > /sys/kernel/debug/fail_page_alloc/min-order");
+	run("echo 0 > /sys/kernel/debug/fail_page_alloc/verbose");
+	snprintf(p, sizeof(p), "/proc/self/task/%ld/fail-nth", (long)syscall(SYS_gettid));
+	fnth = open(p, O_RDWR);
+	if (fnth < 0)
+		bail("%s: %s (needs CONFIG_FAULT_INJECTION, the debug rig kernel)", p, strerror(errno));
+}
+
+/* Nothing of a registration is left (the allocation itself may stay). */
+static int regs_idle(void)
+{
+	struct peer_stats s;
+
+	return pm_idle() && gs("live_pins") == 0 && gs("live_dma_mappings") == 0 &&
+	       peer_stats(pm_name, &s) == 0 && core_all_released(&s);
+}
+
+/* The client still works: register g, READ it back over RDMA, deregister. */
+static int still_works(const struct gmem *g, uint32_t seed)
+{
+	struct ibv_mr *mr;
+	int st;
+
+	fill(g->p, LEN, seed);
+	mr = ibv_reg_mr(c.pd, g->p, LEN, MR_ACCESS);
+	if (!mr)
+		return 0;
+	memset(h, 0, LEN);
+	st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, LEN, (uintptr_t)g->p, mr->rkey);
+	if (st && conn_qps(&c))
+		bail("cannot recreate the QPs");
+	ibv_dereg_mr(mr);
+	return st == 0 && check(h, LEN, seed);
+}
+
+struct tally {
+	int steps, injected_failed, injected_ok, bad_errno, leaks, broken, done;
+	int errnos[4];	/* ENOMEM, EFAULT, EINVAL, other */
+};
+
+static void tally_errno(struct tally *t, int e)
+{
+	int i = e == ENOMEM ? 0 : e == EFAULT ? 1 : e == EINVAL ? 2 : 3;
+
+	t->errnos[i]++;
+	if (i == 3) {
+		t->bad_errno++;
+		diag("step %d: errno %d (%s)", t->steps, e, strerror(e));
+	}
+}
+
+static void tally_after(struct tally *t, const struct gmem *g, const char *what)
+{
+	if (!wait_for(regs_idle, 10)) {
+		t->leaks++;
+		diag("%s, step %d: something is left", what, t->steps);
+		pm_diag();
+		gs_diag();
+		peer_stats_diag(pm_name);
+	}
+	if (!still_works(g, 0x1000 + t->steps)) {
+		t->broken++;
+		diag("%s, step %d: the client no longer registers or reads back", what, t->steps);
+	}
+}
+
+static void report(const char *what, const struct tally *t, const char *errnos)
+{
+	diag("%s: %d steps, %d failed cleanly (ENOMEM %d, EFAULT %d, EINVAL %d), %d succeeded despite the fault",
+	     what, t->steps, t->injected_failed, t->errnos[0], t->errnos[1], t->errnos[2],
+	     t->injected_ok);
+	ok(t->done, "%s: every allocation point tried (%d steps until the call reached no n-th allocation)",
+	   what, t->steps);
+	ok(t->bad_errno == 0, "%s: every failure gave a documented errno (%s) (%d others)", what,
+	   errnos, t->bad_errno);
+	ok(t->leaks == 0, "%s: nothing left registered, pinned or mapped after any step (%d steps leaked)",
+	   what, t->leaks);
+	ok(t->broken == 0, "%s: the client worked after every step (%d steps broke it)", what, t->broken);
+}
+
+static void fault_reg(struct gmem *g)
+{
+	struct tally t = { 0 };
+
+	for (t.steps = 1; t.steps <= MAX_STEPS && !t.done; t.steps++) {
+		struct ibv_mr *mr;
+		int e, left;
+
+		fnth_set(t.steps);
+		mr = ibv_reg_mr(c.pd, g->p, LEN, MR_ACCESS);
+		e = errno;
+		left = fnth_take();
+		if (left > 0)
+			t.done = 1;
+		else if (mr)
+			t.injected_ok++;
+		else {
+			t.injected_failed++;
+			tally_errno(&t, e);
+		}
+		if (mr && ibv_dereg_mr(mr))
+			diag("reg step %d: ibv_dereg_mr failed", t.steps);
+		if (!t.done)
+			tally_after(&t, g, "ibv_reg_mr");
+	}
+	t.steps--;
+	report("ibv_reg_mr on GPU memory", &t, "ENOMEM, EFAULT, EINVAL");
+}
+
+static void fault_dereg(struct gmem *g)
+{
+	struct tally t = { 0 };
+
+	for (t.steps = 1; t.steps <= MAX_STEPS && !t.done; t.steps++) {
+		struct ibv_mr *mr = ibv_reg_mr(c.pd, g->p, LEN, MR_ACCESS);
+		int rc, e, left;
+
+		if (!mr)
+			bail("dereg step %d: ibv_reg_mr without a fault failed: %s", t.steps, strerror(errno));
+		fnth_set(t.steps);
+		rc = ibv_dereg_mr(mr);
+		e = rc;
+		left = fnth_take();
+		if (left > 0)
+			t.done = 1;
+		else if (!rc)
+			t.injected_ok++;
+		else {
+			t.injected_failed++;
+			tally_errno(&t, e);
+			if (ibv_dereg_mr(mr))
+				diag("dereg step %d: the second ibv_dereg_mr failed too", t.steps);
+		}
+		if (!t.done)
+			tally_after(&t, g, "ibv_dereg_mr");
+	}
+	t.steps--;
+	report("ibv_dereg_mr of a GPU MR", &t, "ENOMEM");
+}
+
+static void fault_free(void)
+{
+	struct tally t = { 0 };
+	struct gmem g2;
+
+	if (gmem_alloc(fd, LEN, &g2))
+		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+	for (t.steps = 1; t.steps <= MAX_STEPS && !t.done; t.steps++) {
+		struct gmem g;
+		struct ibv_mr *mr;
+		int rc, left, st;
+
+		if (gmem_alloc(fd, LEN, &g))
+			bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+		mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+		if (!mr)
+			bail("free step %d: ibv_reg_mr without a fault failed: %s", t.steps, strerror(errno));
+		fnth_set(t.steps);
+		rc = gmem_free(fd, &g);
+		left = fnth_take();
+		if (left > 0)
+			t.done = 1;
+		else if (!rc)
+			t.injected_ok++;
+		else {
+			t.injected_failed++;
+			tally_errno(&t, -rc);
+		}
+		if (rc) {
+			/* The free failed: the MR must still work; then free it. */
+			st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)g.p, mr->rkey);
+			if (st) {
+				t.broken++;
+				diag("free step %d: the free failed but the MR no longer works (%d)", t.steps, st);
+				conn_qps(&c);
+			}
+			if (gmem_free(fd, &g))
+				bail("free step %d: the second free failed: %s", t.steps, strerror(errno));
+		}
+		/* The free returned: the MR is revoked. */
+		st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)g.p, mr->rkey);
+		if (st == 0) {
+			t.broken++;
+			diag("free step %d: an RDMA READ through the MR worked after the free", t.steps);
+		} else if (conn_qps(&c)) {
+			bail("cannot recreate the QPs");
+		}
+		ibv_dereg_mr(mr);
+		gmem_drop(&g);
+		if (!t.done)
+			tally_after(&t, &g2, "GPUSIM_IOC_FREE");
+	}
+	t.steps--;
+	gmem_free(fd, &g2);
+	gmem_drop(&g2);
+	report("GPUSIM_IOC_FREE under a live MR (free callback, invalidate)", &t, "ENOMEM");
+}
+
+static void fault_munmap(struct gmem *keep)
+{
+	struct tally t = { 0 };
+
+	for (t.steps = 1; t.steps <= MAX_STEPS && !t.done; t.steps++) {
+		struct gmem g;
+		struct ibv_mr *mr;
+		int rc, left, st = 0;
+		double end;
+
+		if (gmem_alloc(fd, LEN, &g))
+			bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+		mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+		if (!mr)
+			bail("munmap step %d: ibv_reg_mr without a fault failed: %s", t.steps, strerror(errno));
+		fnth_set(t.steps);
+		rc = munmap(g.p, g.len);
+		left = fnth_take();
+		if (left > 0)
+			t.done = 1;
+		else if (!rc)
+			t.injected_ok++;
+		else {
+			t.injected_failed++;
+			tally_errno(&t, errno);
+			munmap(g.p, g.len);
+		}
+		/* The work item revokes the MR soon after. */
+		end = now_s() + 10;
+		while (now_s() < end) {
+			st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 64, (uintptr_t)g.p, mr->rkey);
+			if (st) {
+				if (conn_qps(&c))
+					bail("cannot recreate the QPs");
+				break;
+			}
+			usleep(5000);
+		}
+		if (!st) {
+			t.broken++;
+			diag("munmap step %d: the MR was not revoked within 10 s", t.steps);
+		}
+		ibv_dereg_mr(mr);
+		g.p = NULL;
+		gmem_free(fd, &g);
+		if (!t.done)
+			tally_after(&t, keep, "munmap");
+	}
+	t.steps--;
+	report("munmap under a live MR (the notifier's callback)", &t, "ENOMEM");
+}
+
+/*
+ * Loading peermem makes about 600 allocations (the module loader's, then
+ * peermem's init: debugfs files, the core's registration), and one load
+ * takes about 2 s in the debug rig: stepping each would take 15 minutes.
+ * The suite steps every FAILNTH_LOAD_STRIDE-th (default 16, about 40 loads)
+ * and says so; FAILNTH_LOAD_STRIDE=1 (with scripts/vm.sh --test-timeout
+ * 1800) steps every one.
+ */
+static void fault_load(struct gmem *g)
+{
+	struct tally t = { 0 };
+	char ko[512];
+	int stride = getenv("FAILNTH_LOAD_STRIDE") ? atoi(getenv("FAILNTH_LOAD_STRIDE")) : 16;
+	int n, loads = 0;
+
+	snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
+	if (run("rmmod peermem"))
+		bail("cannot unload peermem");
+	if (stride < 1)
+		stride = 1;
+	for (n = 1; n <= MAX_STEPS && !t.done; n += stride) {
+		int kfd = open(ko, O_RDONLY | O_CLOEXEC);
+		long rc;
+		int e, left;
+
+		t.steps = n;
+		loads++;
+		if (kfd < 0)
+			bail("%s: %s", ko, strerror(errno));
+		fnth_set(n);
+		rc = syscall(SYS_finit_module, kfd, "", 0);
+		e = errno;
+		left = fnth_take();
+		close(kfd);
+		if (left > 0)
+			t.done = 1;
+		else if (!rc)
+			t.injected_ok++;
+		else {
+			t.injected_failed++;
+			tally_errno(&t, e);
+		}
+		if (rc == 0) {
+			/*
+			 * The core's debugfs directory of a client is best
+			 * effort (debugfs failures are ignored, as everywhere
+			 * in the kernel): its absence alone is no failure;
+			 * that the client serves registrations is the check.
+			 */
+			if (access("/sys/kernel/debug/peer_memory/nv_mem", F_OK))
+				diag("load step %d: peermem loaded; the core's debugfs directory for nv_mem was not created (an allocation of debugfs failed)",
+				     t.steps);
+			long long a0 = pm("registrations_acquired");
+
+			if (!still_works(g, 0x3000 + t.steps) ||
+			    (a0 >= 0 && pm("registrations_acquired") != a0 + 1)) {
+				t.broken++;
+				diag("load step %d: peermem loaded but nv_mem does not serve registrations", t.steps);
+			}
+			if (syscall(SYS_delete_module, "peermem", O_NONBLOCK))
+				bail("load step %d: cannot unload peermem: %s", t.steps, strerror(errno));
+		} else if (access("/sys/module/peermem", F_OK) == 0 ||
+			   access("/sys/kernel/debug/peer_memory/nv_mem", F_OK) == 0) {
+			t.leaks++;
+			diag("load step %d: the load failed but peermem or its core client is still there",
+			     t.steps);
+		}
+	}
+	diag("loading peermem: %d loads, every %d%s allocation failed in turn, up to the %d-th",
+	     loads, stride, stride == 1 ? "st" : "th", t.steps);
+	report("loading peermem (finit_module)", &t, "ENOMEM, EFAULT, EINVAL");
+	load_modules(NULL);
+}
+
+int main(void)
+{
+	struct gmem g;
+
+	rxe_up();
+	load_modules(NULL);
+	if (strcmp(pm_name, "nv_mem"))
+		bail("this test expects peermem's default client name nv_mem (got %s)", pm_name);
+	if (conn_open(&c))
+		bail("cannot set up an RC loopback on " RXE_DEV);
+	fd = open("/dev/gpusim", O_RDWR);
+	h = aligned_alloc(4096, LEN);
+	if (fd < 0 || !h)
+		bail("cannot open /dev/gpusim or allocate host memory");
+	hmr = ibv_reg_mr(c.pd, h, LEN, MR_ACCESS);
+	if (!hmr)
+		bail("host MR failed: %s", strerror(errno));
+	if (gmem_alloc(fd, LEN, &g))
+		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+	fault_setup();
+	ok(still_works(&g, 7), "a registration without faults works");
+
+#ifdef FAILNTH_LOAD_ONLY
+	fault_load(&g);
+#else
+	fault_reg(&g);
+	fault_dereg(&g);
+	fault_free();
+	fault_munmap(&g);
+#endif
+
+	ok(pm("errors") >= 0, "peermem's counters are readable after the faults (errors %lld)",
+	   pm("errors"));
+	gmem_free(fd, &g);
+	gmem_drop(&g);
+	ibv_dereg_mr(hmr);
+	conn_close(&c);
+	close(fd);
+	ok(wait_for(all_idle, 10), "peermem and gpusim idle at the end");
+	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	return finish();
+}

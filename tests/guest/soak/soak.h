@@ -1,0 +1,610 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * soak.h - the race soak (the hardening issue): several processes with two
+ * threads each loop over whole registration lifetimes on gpusim memory,
+ * with randomised sizes, sub-ranges, MR counts, teardown orders and
+ * gpusim/peermem delay knobs widening the windows, and check every byte.
+ *
+ * One round of a thread: allocate GPU memory (64 KiB .. 1 MiB), fill it,
+ * register 1-3 MRs on it (the whole range and unaligned sub-ranges), RDMA
+ * WRITE into each and READ back, every byte compared with the CPU view;
+ * then one teardown, chosen at random:
+ *   dereg    deregister, then free;
+ *   free     free the GPU memory under the MRs: the next RDMA through them
+ *            must complete in error (both clients revoke on a free);
+ *   munmap   unmap the range under the MRs (peermem revokes: waited for);
+ *   mremap   move the range elsewhere under the MRs (idem);
+ *   fixed    mmap(MAP_FIXED) anonymous memory over the range: an RDMA
+ *            WRITE through an old MR must never reach the new memory;
+ *   fork     fork a child that exits at once: the MRs keep working;
+ *   exit     the process exits holding its MRs, mid-round in its other
+ *            thread (the parent starts another).
+ * Between epochs the parent stops the workers, checks that nothing is
+ * left (gpusim's live counters, peermem's counters, the core's), changes
+ * the delay knobs, and every few epochs unloads and reloads the client.
+ *
+ * soak_main() prints progress lines ("# ...") and a final TAP table. The
+ * kernel side (reports, kmemleak, DMA-API leaks) is checked by
+ * scripts/vm.sh around the program.
+ */
+#ifndef SOAK_H
+#define SOAK_H
+
+#define _GNU_SOURCE	/* before any system header: mremap */
+#include "../peermem/peermem_test.h"
+
+#include <getopt.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+
+enum { T_DEREG, T_FREE, T_MUNMAP, T_MREMAP, T_FIXED, T_FORK, T_EXIT, T_N };
+static const char *const tname[T_N] = {
+	"dereg", "free", "munmap", "mremap", "fixed", "fork", "exit",
+};
+
+/* Counters shared by every worker process (MAP_SHARED). */
+struct soak_shared {
+	atomic_llong rounds, regs, rdma, bytes_checked;
+	atomic_llong teardown[T_N];
+	atomic_llong wrong_bytes;	/* bytes that differ from what they must be */
+	atomic_llong unexpected;	/* failures that must not happen */
+	atomic_llong revoke_waits;	/* revocations waited for after munmap/mremap/fixed */
+	atomic_llong revoke_late;	/* ... that did not come within the limit */
+	atomic_int stop;
+	long long target;
+	char last_error[256];
+	atomic_int error_lock;
+};
+
+static struct soak_shared *S;
+static int soak_revokes_on_unmap;	/* the client revokes on munmap (peermem) */
+
+struct soak_opts {
+	long long rounds;
+	int seconds, procs, epochs, reload_every;
+	const char *client;	/* "peermem" or "nvpeermem" */
+	unsigned int seed;
+};
+
+static void soak_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void soak_error(const char *fmt, ...)
+{
+	va_list ap;
+	int z = 0;
+
+	atomic_fetch_add(&S->unexpected, 1);
+	if (!atomic_compare_exchange_strong(&S->error_lock, &z, 1))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(S->last_error, sizeof(S->last_error), fmt, ap);
+	va_end(ap);
+	atomic_store(&S->error_lock, 0);
+}
+
+static uint32_t rnd(uint32_t *s)
+{
+	if (!*s)
+		*s = 0x9e3779b9;	/* xorshift never leaves 0 */
+	*s ^= *s << 13;
+	*s ^= *s >> 17;
+	*s ^= *s << 5;
+	return *s;
+}
+
+/* One worker thread: its own verbs context, PD, QPs and host buffer. */
+struct worker {
+	int fd;			/* /dev/gpusim of the process */
+	int idx;
+	uint32_t seed;
+	struct conn c;
+	uint8_t *h;		/* host buffer, 2 x 64 KiB */
+	struct ibv_mr *hmr;
+};
+
+#define HLEN (128 * 1024UL)
+#define CHUNK (64 * 1024UL)
+
+/* RDMA through a (possibly revoked) MR: 0 ok, 1 completed in error, -1 broken. */
+static int op_status(struct worker *w, enum ibv_wr_opcode op, void *l, uint32_t len,
+		     uint64_t raddr, uint32_t rkey)
+{
+	int st = rdma_op(&w->c, op, w->hmr, l, len, raddr, rkey);
+
+	atomic_fetch_add(&S->rdma, 1);
+	if (st == IBV_WC_SUCCESS)
+		return 0;
+	/* An error completion kills the QPs: make new ones. */
+	if (conn_qps(&w->c)) {
+		soak_error("thread %d: cannot recreate the QPs after an error completion", w->idx);
+		return -1;
+	}
+	return st > 0 ? 1 : -1;
+}
+
+/* WRITE a pattern into [addr, +len) of mr and READ it back; bytes checked. */
+static void write_read(struct worker *w, struct ibv_mr *mr, uint8_t *addr, uint32_t len)
+{
+	uint32_t s = rnd(&w->seed);
+
+	fill(w->h, len & ~3u, s);
+	if (op_status(w, IBV_WR_RDMA_WRITE, w->h, len & ~3u, (uintptr_t)addr, mr->rkey)) {
+		soak_error("thread %d: RDMA WRITE into a live MR failed", w->idx);
+		return;
+	}
+	if (!check(addr, len & ~3u, s))
+		atomic_fetch_add(&S->wrong_bytes, len & ~3u);
+	memset(w->h + CHUNK, 0, len);
+	if (op_status(w, IBV_WR_RDMA_READ, w->h + CHUNK, len & ~3u, (uintptr_t)addr, mr->rkey)) {
+		soak_error("thread %d: RDMA READ from a live MR failed", w->idx);
+		return;
+	}
+	if (memcmp(w->h + CHUNK, addr, len & ~3u))
+		atomic_fetch_add(&S->wrong_bytes, len & ~3u);
+	atomic_fetch_add(&S->bytes_checked, 2 * (len & ~3u));
+}
+
+/* Wait until an RDMA READ through mr at raddr completes in error (revoked). */
+static int wait_revoked(struct worker *w, struct ibv_mr *mr, uint64_t raddr, double secs)
+{
+	double end = now_s() + secs;
+
+	do {
+		int st = op_status(w, IBV_WR_RDMA_READ, w->h + CHUNK, 64, raddr, mr->rkey);
+
+		if (st)
+			return st > 0;
+		usleep(2000);
+	} while (now_s() < end);
+	return 0;
+}
+
+/* A free address range of len bytes (reserved, then given back). */
+static void *free_range(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void round_once(struct worker *w, int may_exit)
+{
+	static const size_t lens[] = { 64 * 1024, 192 * 1024, 1024 * 1024 };
+	struct ibv_mr *mr[3] = { 0 };
+	uint8_t *base[3];
+	uint32_t mlen[3];
+	struct gmem g;
+	int n, i, t;
+
+	if (gmem_alloc(w->fd, lens[rnd(&w->seed) % 3], &g)) {
+		soak_error("thread %d: GPUSIM_IOC_ALLOC: %s", w->idx, strerror(errno));
+		usleep(10000);
+		return;
+	}
+	fill(g.p, g.len, rnd(&w->seed));
+	n = 1 + rnd(&w->seed) % 3;
+	for (i = 0; i < n; i++) {
+		size_t off = 0, len = g.len;
+
+		if (i) {	/* an unaligned sub-range of at least 4 KiB */
+			off = (rnd(&w->seed) % (g.len / 2)) & ~7ul;
+			len = 4096 + rnd(&w->seed) % (g.len - off - 4096);
+		}
+		base[i] = g.p + off;
+		mlen[i] = len;
+		mr[i] = ibv_reg_mr(w->c.pd, base[i], len, MR_ACCESS);
+		if (!mr[i]) {
+			soak_error("thread %d: ibv_reg_mr(%zu bytes at +%zu): %s", w->idx, len, off,
+				   strerror(errno));
+			n = i;
+			break;
+		}
+		atomic_fetch_add(&S->regs, 1);
+	}
+	for (i = 0; i < n; i++) {
+		uint32_t len = mlen[i] < CHUNK ? mlen[i] : CHUNK;
+		uint32_t at = (rnd(&w->seed) % (mlen[i] - len + 1)) & ~3u;
+
+		write_read(w, mr[i], base[i] + at, len);
+	}
+
+	t = rnd(&w->seed) % T_N;
+	if (t == T_EXIT && !may_exit)
+		t = T_DEREG;
+	atomic_fetch_add(&S->teardown[t], 1);
+	switch (t) {
+	case T_EXIT:
+		atomic_fetch_add(&S->rounds, 1);
+		fflush(stdout);
+		_exit(0);	/* with the MRs, the memory and the other thread */
+	case T_DEREG:
+		break;
+	case T_FREE:
+		if (gmem_free(w->fd, &g))
+			soak_error("thread %d: GPUSIM_IOC_FREE: %s", w->idx, strerror(errno));
+		g.handle = 0;
+		/* The free returned: every MR on it is revoked already. */
+		for (i = 0; i < n; i++)
+			if (op_status(w, IBV_WR_RDMA_READ, w->h + CHUNK, 64, (uintptr_t)base[i],
+				      mr[i]->rkey) != 1)
+				soak_error("thread %d: an RDMA READ through an MR on freed GPU memory did not complete in error",
+					   w->idx);
+		break;
+	case T_MUNMAP:
+	case T_MREMAP:
+	case T_FIXED: {
+		uint8_t *old = g.p;
+
+		if (t == T_MUNMAP) {
+			munmap(g.p, g.len);
+			g.p = NULL;
+		} else if (t == T_MREMAP) {
+			void *to = free_range(g.len);
+			void *p = to ? mremap(g.p, g.len, g.len, MREMAP_MAYMOVE | MREMAP_FIXED, to) : MAP_FAILED;
+
+			if (p == MAP_FAILED) {
+				soak_error("thread %d: mremap: %s", w->idx, strerror(errno));
+				break;
+			}
+			g.p = p;
+		} else {
+			void *p = mmap(g.p, g.len, PROT_READ | PROT_WRITE,
+				       MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+			if (p == MAP_FAILED) {
+				soak_error("thread %d: mmap(MAP_FIXED): %s", w->idx, strerror(errno));
+				break;
+			}
+			/* New memory at the old address: no RDMA may reach it. */
+			memset(p, 0x5a, g.len);
+			fill(w->h, 4096, 0xdead);
+			op_status(w, IBV_WR_RDMA_WRITE, w->h, 4096, (uintptr_t)base[0], mr[0]->rkey);
+			for (size_t k = 0; k < g.len; k++)
+				if (((uint8_t *)p)[k] != 0x5a) {
+					atomic_fetch_add(&S->wrong_bytes, 1);
+				}
+			/* The anonymous memory is ours to unmap; the GPU memory is freed below by handle. */
+			g.p = p;
+		}
+		if (soak_revokes_on_unmap) {
+			atomic_fetch_add(&S->revoke_waits, 1);
+			if (!wait_revoked(w, mr[0], (uintptr_t)old, 10))
+				atomic_fetch_add(&S->revoke_late, 1);
+		}
+		break;
+	}
+	case T_FORK: {
+		pid_t pid;
+		int st;
+
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0)
+			_exit(0);
+		if (pid < 0 || waitpid(pid, &st, 0) != pid)
+			soak_error("thread %d: fork/wait failed", w->idx);
+		for (i = 0; i < n; i++) {
+			uint32_t len = mlen[i] < 4096 ? mlen[i] : 4096;
+
+			write_read(w, mr[i], base[i], len);
+		}
+		break;
+	}
+	}
+	for (i = 0; i < n; i++)
+		if (ibv_dereg_mr(mr[i]))
+			soak_error("thread %d: ibv_dereg_mr failed", w->idx);
+	if (g.handle && gmem_free(w->fd, &g))
+		soak_error("thread %d: GPUSIM_IOC_FREE: %s", w->idx, strerror(errno));
+	if (g.p)
+		munmap(g.p, g.len);
+	atomic_fetch_add(&S->rounds, 1);
+}
+
+static void *worker_thread(void *arg)
+{
+	struct worker *w = arg;
+
+	while (!atomic_load(&S->stop) && atomic_load(&S->rounds) < S->target)
+		round_once(w, w->idx == 0);
+	return NULL;
+}
+
+/* A worker process: two threads. Exits 0, also when a round chose T_EXIT. */
+static int worker_process(int id, uint32_t seed)
+{
+	struct worker w[2];
+	pthread_t t[2];
+	int fd = open("/dev/gpusim", O_RDWR);
+
+	if (fd < 0) {
+		soak_error("worker %d: open /dev/gpusim: %s", id, strerror(errno));
+		return 1;
+	}
+	for (int i = 0; i < 2; i++) {
+		memset(&w[i], 0, sizeof(w[i]));
+		w[i].fd = fd;
+		w[i].idx = i;
+		w[i].seed = seed * 2654435761u + i + 1;
+		if (conn_open(&w[i].c)) {
+			soak_error("worker %d: cannot open rxe0", id);
+			return 1;
+		}
+		w[i].h = aligned_alloc(4096, HLEN);
+		w[i].hmr = w[i].h ? ibv_reg_mr(w[i].c.pd, w[i].h, HLEN, MR_ACCESS) : NULL;
+		if (!w[i].hmr) {
+			soak_error("worker %d: host MR: %s", id, strerror(errno));
+			return 1;
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, worker_thread, &w[i]);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < 2; i++) {
+		ibv_dereg_mr(w[i].hmr);
+		conn_close(&w[i].c);
+	}
+	close(fd);
+	return 0;
+}
+
+/* ---- the parent ---- */
+
+static const char *soak_core_name = "nv_mem";
+
+static int soak_load(const struct soak_opts *o)
+{
+	char ko[600];
+
+	if (!strcmp(o->client, "peermem")) {
+		load_modules(NULL);	/* gpusim (if needed) and peermem, knobs reset */
+		soak_core_name = pm_name;
+		soak_revokes_on_unmap = pm_param_on("mmu_notifier");
+		return 0;
+	}
+	if (access("/sys/module/peermem", F_OK) == 0 && run("rmmod peermem"))
+		return -1;
+	if (access("/sys/module/peer_refclient", F_OK) == 0 && run("rmmod peer_refclient"))
+		return -1;
+	if (access("/sys/module/gpusim", F_OK) != 0) {
+		snprintf(ko, sizeof(ko), "%s/tests/gpusim/gpusim.ko", root_dir());
+		if (run("insmod %s %s", ko, getenv("GPUSIM_ARGS") ?: ""))
+			return -1;
+	}
+	gs_defaults();
+	if (access("/sys/module/nvidia_peermem", F_OK) == 0 && run("rmmod nvidia_peermem"))
+		return -1;
+	snprintf(ko, sizeof(ko), "%s/tests/nvpeermem/nvidia-peermem.ko", root_dir());
+	if (access(ko, R_OK)) {
+		diag("%s is missing: build it with tests/nvpeermem/build.sh", ko);
+		return -1;
+	}
+	soak_core_name = "nv_mem";
+	soak_revokes_on_unmap = 0;	/* nvidia-peermem has no mmu notifier */
+	return run("insmod %s", ko);
+}
+
+static int soak_unload(const struct soak_opts *o)
+{
+	return run("rmmod %s", strcmp(o->client, "peermem") ? "nvidia_peermem" : "peermem");
+}
+
+/* Nothing is left anywhere; diagnostics if something is. */
+static int soak_idle(const struct soak_opts *o)
+{
+	struct peer_stats s;
+	int ok_core = peer_stats(soak_core_name, &s) == 0 && core_all_released(&s);
+	int ok_pm = strcmp(o->client, "peermem") || pm_idle();
+
+	if (gs_idle() && ok_core && ok_pm)
+		return 1;
+	gs_diag();
+	peer_stats_diag(soak_core_name);
+	if (!strcmp(o->client, "peermem"))
+		pm_diag();
+	return 0;
+}
+
+static int idle_cond_client;	/* for wait_for(): 1 = peermem */
+static int soak_idle_cond(void)
+{
+	struct peer_stats s;
+
+	return gs_idle() && peer_stats(soak_core_name, &s) == 0 && core_all_released(&s) &&
+	       (!idle_cond_client || pm_idle());
+}
+
+/* Delay knobs for an epoch: none, gpusim's, or gpusim's and peermem's. */
+static void soak_knobs(const struct soak_opts *o, uint32_t *seed, char *desc, size_t dlen)
+{
+	static const char *const us[] = { "0", "0", "50", "300" };
+	static const char *const pmk[] = {
+		"inject_delay_acquire_ms", "inject_delay_get_pages_ms", "inject_delay_dma_map_ms",
+		"inject_delay_unpin_ms",
+		"inject_delay_release_ms", "inject_delay_address_change_ms",
+		"inject_delay_invalidate_ms", "inject_delay_free_callback_ms",
+	};
+	const char *d = us[rnd(seed) % 4];
+	char path[200];
+	int k = -1;
+
+	gs_knob("delay_us", d);
+	if (!strcmp(o->client, "peermem")) {
+		for (size_t i = 0; i < sizeof(pmk) / sizeof(pmk[0]); i++) {
+			snprintf(path, sizeof(path), PMDBG "%s", pmk[i]);
+			write_str(path, "0");
+		}
+		if (rnd(seed) % 2) {
+			k = rnd(seed) % (sizeof(pmk) / sizeof(pmk[0]));
+			snprintf(path, sizeof(path), PMDBG "%s", pmk[k]);
+			write_str(path, "1");
+		}
+	}
+	snprintf(desc, dlen, "gpusim delay_us=%s%s%s", d, k >= 0 ? ", peermem " : "",
+		 k >= 0 ? pmk[k] : "");
+}
+
+static int soak_main(const struct soak_opts *o)
+{
+	long long per_epoch, prev = 0;
+	int epoch, reloads = 0, idle_fail = 0, load_fail = 0, exits = 0, crashes = 0;
+	uint32_t seed = o->seed ?: (uint32_t)time(NULL);
+	double t0 = now_s(), last = t0;
+	char knobs[200];
+
+	S = mmap(NULL, sizeof(*S), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (S == MAP_FAILED)
+		bail("mmap of the shared counters failed");
+	memset(S, 0, sizeof(*S));
+	rxe_up();
+	if (soak_load(o))
+		bail("cannot load %s", o->client);
+	idle_cond_client = !strcmp(o->client, "peermem");
+	diag("soak: client %s, %lld rounds%s, %d processes x 2 threads, %d epochs, reload every %d, seed %u",
+	     o->client, o->rounds, o->seconds ? " (or the time limit)" : "", o->procs, o->epochs,
+	     o->reload_every, seed);
+	per_epoch = (o->rounds + o->epochs - 1) / o->epochs;
+	for (epoch = 0; epoch < o->epochs; epoch++) {
+		int live = 0;
+		pid_t pids[64];
+
+		if (epoch && o->reload_every && epoch % o->reload_every == 0) {
+			if (soak_unload(o) || soak_load(o))
+				load_fail++;
+			else
+				reloads++;
+		}
+		soak_knobs(o, &seed, knobs, sizeof(knobs));
+		S->target = (epoch + 1) * per_epoch;
+		if (S->target > o->rounds)
+			S->target = o->rounds;
+		atomic_store(&S->stop, 0);
+		for (int p = 0; p < o->procs && p < 64; p++) {
+			fflush(stdout);
+			pids[p] = fork();
+			if (pids[p] == 0)
+				_exit(worker_process(p, rnd(&seed)));
+			live += pids[p] > 0;
+		}
+		while (live) {
+			int st;
+			pid_t pid = waitpid(-1, &st, WNOHANG);
+
+			if (pid > 0) {
+				int p;
+
+				for (p = 0; p < o->procs && pids[p] != pid; p++)
+					;
+				if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+					crashes++;
+					soak_error("a worker process ended with status %#x", st);
+				} else {
+					exits++;
+				}
+				live--;
+				/* A process that exited mid-epoch (T_EXIT) is replaced. */
+				if (p < o->procs && !atomic_load(&S->stop) &&
+				    atomic_load(&S->rounds) < S->target) {
+					fflush(stdout);
+					pids[p] = fork();
+					if (pids[p] == 0)
+						_exit(worker_process(p, rnd(&seed)));
+					live += pids[p] > 0;
+				}
+				continue;
+			}
+			if (o->seconds && now_s() - t0 > o->seconds)
+				atomic_store(&S->stop, 1);
+			if (now_s() - last >= 30) {
+				long long r = atomic_load(&S->rounds);
+
+				last = now_s();
+				diag("progress: %lld/%lld rounds, %lld MRs, %lld RDMA, %.0f s, %.1f rounds/s, %lld unexpected, %lld wrong bytes (epoch %d: %s)",
+				     r, o->rounds, (long long)atomic_load(&S->regs),
+				     (long long)atomic_load(&S->rdma), last - t0, (r - prev) / 30.0,
+				     (long long)atomic_load(&S->unexpected),
+				     (long long)atomic_load(&S->wrong_bytes), epoch, knobs);
+				prev = r;
+			}
+			usleep(50000);
+		}
+		if (!wait_for(soak_idle_cond, 60) && !soak_idle(o)) {
+			idle_fail++;
+			diag("epoch %d: something is left after the workers ended (above)", epoch);
+		}
+		if (o->seconds && now_s() - t0 > o->seconds)
+			break;
+	}
+	gs_knob("delay_us", "0");
+	if (!strcmp(o->client, "peermem"))
+		run("for f in " PMDBG "inject_delay_*; do echo 0 > $f; done");
+
+	diag("soak done: %lld rounds in %.0f s; teardowns:", (long long)atomic_load(&S->rounds),
+	     now_s() - t0);
+	for (int t = 0; t < T_N; t++)
+		diag("  %-7s %lld", tname[t], (long long)atomic_load(&S->teardown[t]));
+	diag("  MRs %lld, RDMA operations %lld, bytes checked %lld, worker exits %d, reloads %d",
+	     (long long)atomic_load(&S->regs), (long long)atomic_load(&S->rdma),
+	     (long long)atomic_load(&S->bytes_checked), exits, reloads);
+	if (S->last_error[0])
+		diag("last unexpected failure: %s", S->last_error);
+
+	ok(atomic_load(&S->rounds) >= o->rounds || (o->seconds && now_s() - t0 > o->seconds),
+	   "%s: %lld rounds done (%lld asked%s)", o->client, (long long)atomic_load(&S->rounds),
+	   o->rounds, o->seconds ? ", or the time limit" : "");
+	ok(atomic_load(&S->wrong_bytes) == 0, "%s: no wrong byte (%lld bytes checked)", o->client,
+	   (long long)atomic_load(&S->bytes_checked));
+	ok(atomic_load(&S->unexpected) == 0, "%s: no unexpected failure (%lld)", o->client,
+	   (long long)atomic_load(&S->unexpected));
+	ok(crashes == 0, "%s: no worker process died (%d)", o->client, crashes);
+	if (soak_revokes_on_unmap)
+		ok(atomic_load(&S->revoke_late) == 0,
+		   "%s: every munmap/mremap/MAP_FIXED revoked the MR within 10 s (%lld of %lld late)",
+		   o->client, (long long)atomic_load(&S->revoke_late),
+		   (long long)atomic_load(&S->revoke_waits));
+	else
+		skip("%s: revocation on munmap/mremap/MAP_FIXED not checked: the client has no mmu notifier",
+		     o->client);
+	ok(idle_fail == 0, "%s: after every epoch nothing was left registered, pinned, mapped or allocated (%d epochs failed)",
+	   o->client, idle_fail);
+	ok(load_fail == 0, "%s: every unload and reload worked (%d reloads, %d failed)", o->client,
+	   reloads, load_fail);
+	ok(soak_unload(o) == 0, "%s: the client unloads at the end", o->client);
+	return finish();
+}
+
+static void soak_parse(int argc, char **argv, struct soak_opts *o)
+{
+	static const struct option lo[] = {
+		{ "rounds", required_argument, 0, 'r' },
+		{ "seconds", required_argument, 0, 's' },
+		{ "procs", required_argument, 0, 'p' },
+		{ "epochs", required_argument, 0, 'e' },
+		{ "reload-every", required_argument, 0, 'l' },
+		{ "client", required_argument, 0, 'c' },
+		{ "seed", required_argument, 0, 'S' },
+		{ 0, 0, 0, 0 },
+	};
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'r': o->rounds = atoll(optarg); break;
+		case 's': o->seconds = atoi(optarg); break;
+		case 'p': o->procs = atoi(optarg); break;
+		case 'e': o->epochs = atoi(optarg); break;
+		case 'l': o->reload_every = atoi(optarg); break;
+		case 'c': o->client = optarg; break;
+		case 'S': o->seed = (unsigned int)strtoul(optarg, NULL, 0); break;
+		default:
+			bail("usage: soak [--rounds N] [--seconds S] [--procs P] [--epochs E] [--reload-every K] [--client peermem|nvpeermem] [--seed N]");
+		}
+	}
+	if (o->rounds < 1 || o->procs < 1 || o->procs > 64 || o->epochs < 1 ||
+	    (strcmp(o->client, "peermem") && strcmp(o->client, "nvpeermem")))
+		bail("soak: bad arguments (rounds >= 1, 1 <= procs <= 64, epochs >= 1, client peermem or nvpeermem)");
+}
+
+#endif /* SOAK_H */
