@@ -112,6 +112,23 @@ static void tally_errno(struct tally *t, int e)
 	}
 }
 
+/*
+ * The call of step t->steps returned (failed: with errno e): reset
+ * fail-nth and count the step. Done once the call reached no n-th
+ * allocation (every allocation point was tried).
+ */
+static void step_done(struct tally *t, int failed, int e)
+{
+	if (fnth_take() > 0)
+		t->done = 1;
+	else if (!failed)
+		t->injected_ok++;
+	else {
+		t->injected_failed++;
+		tally_errno(t, e);
+	}
+}
+
 static void tally_after(struct tally *t, const struct gmem *g, const char *what)
 {
 	if (!wait_for(regs_idle, 10)) {
@@ -147,20 +164,10 @@ static void fault_reg(struct gmem *g)
 
 	for (t.steps = 1; t.steps <= MAX_STEPS && !t.done; t.steps++) {
 		struct ibv_mr *mr;
-		int e, left;
 
 		fnth_set(t.steps);
 		mr = ibv_reg_mr(c.pd, g->p, LEN, MR_ACCESS);
-		e = errno;
-		left = fnth_take();
-		if (left > 0)
-			t.done = 1;
-		else if (mr)
-			t.injected_ok++;
-		else {
-			t.injected_failed++;
-			tally_errno(&t, e);
-		}
+		step_done(&t, !mr, errno);
 		if (mr && ibv_dereg_mr(mr))
 			diag("reg step %d: ibv_dereg_mr failed", t.steps);
 		if (!t.done)
@@ -176,24 +183,15 @@ static void fault_dereg(struct gmem *g)
 
 	for (t.steps = 1; t.steps <= MAX_STEPS && !t.done; t.steps++) {
 		struct ibv_mr *mr = ibv_reg_mr(c.pd, g->p, LEN, MR_ACCESS);
-		int rc, e, left;
+		int rc;
 
 		if (!mr)
 			bail("dereg step %d: ibv_reg_mr without a fault failed: %s", t.steps, strerror(errno));
 		fnth_set(t.steps);
-		rc = ibv_dereg_mr(mr);
-		e = rc;
-		left = fnth_take();
-		if (left > 0)
-			t.done = 1;
-		else if (!rc)
-			t.injected_ok++;
-		else {
-			t.injected_failed++;
-			tally_errno(&t, e);
-			if (ibv_dereg_mr(mr))
-				diag("dereg step %d: the second ibv_dereg_mr failed too", t.steps);
-		}
+		rc = ibv_dereg_mr(mr);	/* the errno itself on failure */
+		step_done(&t, rc, rc);
+		if (rc && ibv_dereg_mr(mr))
+			diag("dereg step %d: the second ibv_dereg_mr failed too", t.steps);
 		if (!t.done)
 			tally_after(&t, g, "ibv_dereg_mr");
 	}
@@ -211,7 +209,7 @@ static void fault_free(void)
 	for (t.steps = 1; t.steps <= MAX_STEPS && !t.done; t.steps++) {
 		struct gmem g;
 		struct ibv_mr *mr;
-		int rc, left, st;
+		int rc, st;
 
 		if (gmem_alloc(fd, LEN, &g))
 			bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
@@ -220,15 +218,7 @@ static void fault_free(void)
 			bail("free step %d: ibv_reg_mr without a fault failed: %s", t.steps, strerror(errno));
 		fnth_set(t.steps);
 		rc = gmem_free(fd, &g);
-		left = fnth_take();
-		if (left > 0)
-			t.done = 1;
-		else if (!rc)
-			t.injected_ok++;
-		else {
-			t.injected_failed++;
-			tally_errno(&t, -rc);
-		}
+		step_done(&t, rc, -rc);
 		if (rc) {
 			/* The free failed: the MR must still work; then free it. */
 			st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)g.p, mr->rkey);
@@ -266,7 +256,7 @@ static void fault_munmap(struct gmem *keep)
 	for (t.steps = 1; t.steps <= MAX_STEPS && !t.done; t.steps++) {
 		struct gmem g;
 		struct ibv_mr *mr;
-		int rc, left, st = 0;
+		int rc, st = 0;
 		double end;
 
 		if (gmem_alloc(fd, LEN, &g))
@@ -276,16 +266,9 @@ static void fault_munmap(struct gmem *keep)
 			bail("munmap step %d: ibv_reg_mr without a fault failed: %s", t.steps, strerror(errno));
 		fnth_set(t.steps);
 		rc = munmap(g.p, g.len);
-		left = fnth_take();
-		if (left > 0)
-			t.done = 1;
-		else if (!rc)
-			t.injected_ok++;
-		else {
-			t.injected_failed++;
-			tally_errno(&t, errno);
+		step_done(&t, rc, errno);
+		if (rc)
 			munmap(g.p, g.len);
-		}
 		/* The work item revokes the MR soon after. */
 		end = now_s() + 10;
 		while (now_s() < end) {
@@ -312,11 +295,11 @@ static void fault_munmap(struct gmem *keep)
 }
 
 /*
- * Loading peermem makes about 600 allocations (the module loader's, then
- * peermem's init: debugfs files, the core's registration), and one load
- * takes about 2 s in the debug rig: stepping each would take 15 minutes.
- * The suite steps every FAILNTH_LOAD_STRIDE-th (default 16, about 40 loads)
- * and says so; FAILNTH_LOAD_STRIDE=1 (with scripts/vm.sh --test-timeout
+ * Loading peermem makes about 1400 allocations that fail-nth can fail
+ * (the module loader's, then peermem's init: debugfs files, the core's
+ * registration), and one load takes about 2 s in the debug rig: stepping
+ * each would take most of an hour. The suite steps every
+ * FAILNTH_LOAD_STRIDE-th (default 16, about 90 loads) and says so; FAILNTH_LOAD_STRIDE=1 (with scripts/vm.sh --test-timeout
  * 1800) steps every one.
  */
 static void fault_load(struct gmem *g)
@@ -325,6 +308,7 @@ static void fault_load(struct gmem *g)
 	char ko[512];
 	int stride = getenv("FAILNTH_LOAD_STRIDE") ? atoi(getenv("FAILNTH_LOAD_STRIDE")) : 16;
 	int n, loads = 0;
+	char what[96];
 
 	snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
 	if (run("rmmod peermem"))
@@ -334,7 +318,6 @@ static void fault_load(struct gmem *g)
 	for (n = 1; n <= MAX_STEPS && !t.done; n += stride) {
 		int kfd = open(ko, O_RDONLY | O_CLOEXEC);
 		long rc;
-		int e, left;
 
 		t.steps = n;
 		loads++;
@@ -342,17 +325,8 @@ static void fault_load(struct gmem *g)
 			bail("%s: %s", ko, strerror(errno));
 		fnth_set(n);
 		rc = syscall(SYS_finit_module, kfd, "", 0);
-		e = errno;
-		left = fnth_take();
+		step_done(&t, rc, errno);
 		close(kfd);
-		if (left > 0)
-			t.done = 1;
-		else if (!rc)
-			t.injected_ok++;
-		else {
-			t.injected_failed++;
-			tally_errno(&t, e);
-		}
 		if (rc == 0) {
 			/*
 			 * The core's debugfs directory of a client is best
@@ -381,7 +355,9 @@ static void fault_load(struct gmem *g)
 	}
 	diag("loading peermem: %d loads, every %d%s allocation failed in turn, up to the %d-th",
 	     loads, stride, stride == 1 ? "st" : "th", t.steps);
-	report("loading peermem (finit_module)", &t, "ENOMEM, EFAULT, EINVAL");
+	snprintf(what, sizeof(what), "loading peermem (finit_module%s)",
+		 stride == 1 ? "" : ", every FAILNTH_LOAD_STRIDE-th allocation");
+	report(what, &t, "ENOMEM, EFAULT, EINVAL");
 	load_modules(NULL);
 }
 
