@@ -299,8 +299,9 @@ static void fault_munmap(struct gmem *keep)
  * (the module loader's, then peermem's init: debugfs files, the core's
  * registration), and one load takes about 2 s in the debug rig: stepping
  * each would take most of an hour. The suite steps every
- * FAILNTH_LOAD_STRIDE-th (default 16, about 90 loads) and says so; FAILNTH_LOAD_STRIDE=1 (with scripts/vm.sh --test-timeout
- * 1800) steps every one.
+ * FAILNTH_LOAD_STRIDE-th (default 16, about 90 loads) and says so;
+ * FAILNTH_LOAD_STRIDE=1 (with scripts/vm.sh --test-timeout 1800) steps
+ * every one.
  */
 static void fault_load(struct gmem *g)
 {
