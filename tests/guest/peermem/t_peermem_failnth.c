@@ -11,7 +11,9 @@
  * registration without a fault, bytes read back over RDMA). The kernel
  * side (reports, kmemleak, DMA-API leaks) is checked by scripts/vm.sh.
  *
- * Paths: ibv_reg_mr (acquire, get_pages, dma_map), ibv_dereg_mr
+ * Paths: ibv_reg_mr (acquire, get_pages, dma_map; also with gpusim's
+ * nvidia_p2p_get_pages* or nvidia_p2p_dma_map_pages failing in the same
+ * call, which steps the error paths after a GPU driver failure), ibv_dereg_mr
  * (dma_unmap, put_pages, release), GPUSIM_IOC_FREE under a live MR (the
  * free callback and the core's invalidate), munmap under a live MR (the
  * mmu notifier's callback; its work item runs in a kworker, where a
@@ -158,23 +160,58 @@ static void report(const char *what, const struct tally *t, const char *errnos)
 	ok(t->broken == 0, "%s: the client worked after every step (%d steps broke it)", what, t->broken);
 }
 
-static void fault_reg(struct gmem *g)
+/*
+ * Arm (val "1") or disarm (val "0") gpusim's injected failure of each
+ * entry point in the NULL-terminated list.
+ */
+static void gs_arm(const char *const *entries, const char *val)
+{
+	char k[64];
+
+	for (; entries && *entries; entries++) {
+		snprintf(k, sizeof(k), "fail/%s", *entries);
+		if (gs_knob(k, val))
+			bail("cannot set gpusim's %s", k);
+	}
+}
+
+/*
+ * ibv_reg_mr with the n-th allocation failing; with `gpu_fail`, gpusim's
+ * entry points in it fail too (each armed before every step, disarmed
+ * after: a step whose allocation fault comes first never reaches them), so
+ * the allocations on peermem's and the core's error paths after a GPU
+ * driver failure are stepped as well. With a GPU failure the registration
+ * must fail in every step.
+ */
+static void fault_reg(struct gmem *g, const char *const *gpu_fail, const char *what)
 {
 	struct tally t = { 0 };
+	int worked = 0;
 
 	for (t.steps = 1; t.steps <= MAX_STEPS && !t.done; t.steps++) {
 		struct ibv_mr *mr;
+		int e;
 
+		gs_arm(gpu_fail, "1");
 		fnth_set(t.steps);
 		mr = ibv_reg_mr(c.pd, g->p, LEN, MR_ACCESS);
-		step_done(&t, !mr, errno);
+		e = errno;
+		/* Step bookkeeping before anything else allocates in this thread. */
+		step_done(&t, !mr, e);
+		gs_arm(gpu_fail, "0");
+		if (mr && gpu_fail) {
+			worked++;
+			diag("%s, step %d: ibv_reg_mr succeeded although the GPU driver failed", what, t.steps);
+		}
 		if (mr && ibv_dereg_mr(mr))
 			diag("reg step %d: ibv_dereg_mr failed", t.steps);
 		if (!t.done)
-			tally_after(&t, g, "ibv_reg_mr");
+			tally_after(&t, g, what);
 	}
 	t.steps--;
-	report("ibv_reg_mr on GPU memory", &t, "ENOMEM, EFAULT, EINVAL");
+	report(what, &t, "ENOMEM, EFAULT, EINVAL");
+	if (gpu_fail)
+		ok(worked == 0, "%s: the registration failed in every step (%d succeeded)", what, worked);
 }
 
 static void fault_dereg(struct gmem *g)
@@ -387,7 +424,15 @@ int main(void)
 #ifdef FAILNTH_LOAD_ONLY
 	fault_load(&g);
 #else
-	fault_reg(&g);
+	fault_reg(&g, NULL, "ibv_reg_mr on GPU memory");
+	{
+		/* Both clients' pins fail (nv_mem_nc would take the MR otherwise). */
+		static const char *const pins[] = { "get_pages", "get_pages_persistent", NULL };
+		static const char *const map[] = { "dma_map_pages", NULL };
+
+		fault_reg(&g, pins, "ibv_reg_mr, GPU pin failing (fail/get_pages*)");
+		fault_reg(&g, map, "ibv_reg_mr, GPU DMA mapping failing (fail/dma_map_pages)");
+	}
 	fault_dereg(&g);
 	fault_free();
 	fault_munmap(&g);
