@@ -17,7 +17,8 @@
  * (dma_unmap, put_pages, release), GPUSIM_IOC_FREE under a live MR (the
  * free callback and the core's invalidate), munmap under a live MR (the
  * mmu notifier's callback; its work item runs in a kworker, where a
- * per-task fault cannot reach: not covered here), and loading peermem
+ * per-task fault cannot reach: t_peermem_notifier_alloc covers it), and
+ * loading peermem
  * (finit_module: the loader, peermem's init, its registration with the
  * core: t_peermem_failnth_load, the same program built with
  * FAILNTH_LOAD_ONLY, to keep each within the runner's time limit).
