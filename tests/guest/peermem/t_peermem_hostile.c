@@ -325,6 +325,14 @@ int main(void)
 	   "rmmod gpusim is refused while peermem is loaded and an MR pins its memory");
 	if (mr)
 		ibv_dereg_mr(mr);
+	/*
+	 * Nothing registered: still refused, because peermem links against
+	 * the driver's nvidia_p2p_* (as against nvidia.ko): a registration
+	 * can never race with the GPU driver's unload.
+	 */
+	ok(wait_for(nothing_pinned, 10) && run("rmmod gpusim 2>/dev/null") != 0 &&
+	   access("/sys/module/gpusim/holders/peermem", F_OK) == 0,
+	   "rmmod gpusim is refused while peermem is loaded with nothing registered (peermem holds it: /sys/module/gpusim/holders/peermem)");
 
 	/* --- No kernel pointer in what peermem and gpusim print or expose. */
 	ok(!has_kernel_pointer("dmesg | grep -Ei 'peermem|gpusim|nv_mem'"),
