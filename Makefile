@@ -6,6 +6,7 @@
 #   make KDIR=/path/to/tree   build against another tree (its O= directory)
 #   make modules_install      install (INSTALL_MOD_PATH=... honoured)
 #   make clean
+#   make symvers              say which Module.symvers a build would use
 #   make dropin               build the drop-in (below) into dropin/, a copy
 #                             of the sources, beside ./peermem.ko (the tests
 #                             load both)
@@ -26,15 +27,19 @@
 # modpost from their Module.symvers (so a mismatch is a build error, not an
 # "Unknown symbol" or "disagrees about version of symbol" at load):
 #   NV_SYMVERS=FILE    Module.symvers of the GPU driver (nvidia.ko) or of
-#                      the rig's gpusim. Default: the first of
-#                      tests/gpusim/Module.symvers (if built for KDIR),
-#                      /var/lib/dkms/nvidia*/*/build/Module.symvers,
-#                      /usr/src/nvidia-*/Module.symvers that exports nvidia_p2p_*.
-#   OFED_SYMVERS=FILE  Module.symvers of MLNX_OFED/DOCA-OFED's ib_core, for
-#                      kernels without the peer-memory core. Default:
-#                      KDIR/Module.symvers if it exports
-#                      ib_register_peer_memory_client, else
-#                      /usr/src/ofa_kernel/{<arch>/<release>,default}/Module.symvers.
+#                      the rig's gpusim. Default: tests/gpusim/Module.symvers
+#                      if gpusim is built for KDIR, else what
+#                      `scripts/find-symvers.sh nvidia` finds (NVIDIA's DKMS
+#                      build dir, /usr/src/nvidia-<ver>, or entries derived
+#                      from the installed nvidia.ko; see that script).
+#   OFED_SYMVERS=FILE  Module.symvers of MLNX_OFED/DOCA-OFED's ib_uverbs or
+#                      ib_core, for kernels without the peer-memory core.
+#                      Default: none if KDIR/Module.symvers exports
+#                      ib_register_peer_memory_client, else what
+#                      `scripts/find-symvers.sh ofed` finds
+#                      (/usr/src/ofa_kernel{-dkms}/<arch>/<release>, ...,
+#                      a `default` only if it belongs to KDIR's release, or
+#                      entries derived from the installed ib_uverbs.ko/ib_core.ko).
 #   PEERMEM_UNRESOLVED_OK=1  build even if either is missing (a compile
 #                      check, e.g. against a plain 6.12 kernel: the module
 #                      then does not load). PEERMEM_ALLOW_UNRESOLVED=1 is
@@ -80,18 +85,25 @@ endif
 has-symbol = $(if $(wildcard $(1)),$(shell grep -qs '^[^	]*	$(2)	' $(1) && echo y))
 kernel-release := $(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null)
 
-# The rig's gpusim only if its module was built for this kernel.
+# The rig's gpusim only if its module was built for this kernel; else
+# scripts/find-symvers.sh, which knows the layouts NVIDIA's and OFED's
+# packages leave, checks that what it finds was built for this kernel release
+# and architecture, and derives the entries from the installed nvidia.ko /
+# ib_uverbs.ko / ib_core.ko when no Module.symvers exists (written under
+# .symvers/<release>/). It runs at most once per make, and only for targets
+# that build.
 gpusim-dir := $(PEERMEM_DIR)/tests/gpusim
 gpusim-release = $(shell modinfo -F vermagic $(gpusim-dir)/gpusim.ko 2>/dev/null | cut -d' ' -f1)
-nv-candidates = $(if $(wildcard $(gpusim-dir)/gpusim.ko),$(if $(call streq,$(gpusim-release),$(kernel-release)),$(gpusim-dir)/Module.symvers)) \
-	$(wildcard /var/lib/dkms/nvidia*/*/build/Module.symvers) \
-	$(wildcard /usr/src/nvidia-*/Module.symvers /usr/src/nvidia-*/kernel-open/Module.symvers)
-nv-symvers = $(or $(NV_SYMVERS),$(firstword $(foreach f,$(nv-candidates),$(if $(call has-symbol,$(f),nvidia_p2p_get_pages),$(f)))))
+gpusim-symvers = $(if $(wildcard $(gpusim-dir)/gpusim.ko),$(if $(call streq,$(gpusim-release),$(kernel-release)),$(if $(call has-symbol,$(gpusim-dir)/Module.symvers,nvidia_p2p_get_pages),$(gpusim-dir)/Module.symvers)))
+find-symvers = $(shell bash $(PEERMEM_DIR)/scripts/find-symvers.sh --kdir $(KDIR) --out $(PEERMEM_DIR)/.symvers/$(kernel-release) $(1))
+nv-found = $(eval nv-found := $$(call find-symvers,nvidia))$(nv-found)
+ofed-found = $(eval ofed-found := $$(call find-symvers,ofed))$(ofed-found)
+found-error = $(filter error:,$(firstword $(1)))
+nv-symvers = $(or $(NV_SYMVERS),$(gpusim-symvers),$(if $(call found-error,$(nv-found)),,$(nv-found)))
 
 core-symbol := ib_register_peer_memory_client
-ofed-candidates = $(wildcard /usr/src/ofa_kernel/$(shell uname -m)/$(kernel-release)/Module.symvers \
-	/usr/src/ofa_kernel/default/Module.symvers)
-ofed-symvers = $(or $(OFED_SYMVERS),$(if $(call has-symbol,$(KDIR)/Module.symvers,$(core-symbol)),,$(firstword $(foreach f,$(ofed-candidates),$(if $(call has-symbol,$(f),$(core-symbol)),$(f))))))
+core-in-kernel = $(call has-symbol,$(KDIR)/Module.symvers,$(core-symbol))
+ofed-symvers = $(or $(OFED_SYMVERS),$(if $(core-in-kernel),,$(if $(call found-error,$(ofed-found)),,$(ofed-found))))
 
 allow-unresolved := $(filter 1 y yes,$(PEERMEM_UNRESOLVED_OK) $(PEERMEM_ALLOW_UNRESOLVED))
 unresolved-hint = PEERMEM_UNRESOLVED_OK=1 builds anyway as a compile check (that module will not load)
@@ -100,8 +112,8 @@ define peermem-check-symbols
 $(if $(NV_SYMVERS),$(if $(wildcard $(NV_SYMVERS)),,$(call peermem-err,NV_SYMVERS=$(NV_SYMVERS) does not exist. Pass the Module.symvers of the built NVIDIA driver or of tests/gpusim)))
 $(if $(NV_SYMVERS),$(if $(call has-symbol,$(NV_SYMVERS),nvidia_p2p_get_pages),,$(call peermem-err,NV_SYMVERS=$(NV_SYMVERS) does not export nvidia_p2p_get_pages: it is not the Module.symvers of nvidia.ko or gpusim.ko)))
 $(if $(OFED_SYMVERS),$(if $(call has-symbol,$(OFED_SYMVERS),$(core-symbol)),,$(call peermem-err,OFED_SYMVERS=$(OFED_SYMVERS) does not export $(core-symbol): pass the Module.symvers of MLNX_OFED/DOCA-OFED's ib_core (e.g. /usr/src/ofa_kernel/default/Module.symvers))))
-$(if $(allow-unresolved),,$(if $(nv-symvers),,$(call peermem-err,no Module.symvers exporting nvidia_p2p_get_pages for kernel $(kernel-release) (looked at: $(or $(strip $(nv-candidates)),tests/gpusim (not built for this kernel) /var/lib/dkms/nvidia*/*/build /usr/src/nvidia-*)). Build the rig's emulated GPU first (make -C tests/gpusim KDIR=$(KDIR)) or pass NV_SYMVERS=<the NVIDIA driver's Module.symvers>; $(unresolved-hint))))
-$(if $(allow-unresolved),,$(if $(ofed-symvers)$(call has-symbol,$(KDIR)/Module.symvers,$(core-symbol)),,$(call peermem-err,no peer-memory core: $(core-symbol) is neither in KDIR=$(KDIR)/Module.symvers nor in an OFED Module.symvers (/usr/src/ofa_kernel). Build against MLNX_OFED/DOCA-OFED (OFED_SYMVERS=<its Module.symvers>) or the rig kernel (scripts/kernel.sh); $(unresolved-hint))))
+$(if $(allow-unresolved),,$(if $(nv-symvers),,$(call peermem-err,$(patsubst error:%,%,$(nv-found)). In the rig: make -C tests/gpusim KDIR=$(KDIR); $(unresolved-hint))))
+$(if $(allow-unresolved),,$(if $(ofed-symvers)$(core-in-kernel),,$(call peermem-err,$(patsubst error:%,%,$(ofed-found)). In the rig: build against its kernel (scripts/kernel.sh); $(unresolved-hint))))
 endef
 
 extra-symbols = $(strip $(nv-symvers) $(ofed-symvers))
@@ -111,14 +123,15 @@ dropin := $(filter 1 y yes,$(DROPIN))
 modname := $(if $(dropin),nvidia_peermem,peermem)
 other-modname := $(if $(dropin),peermem,nvidia_peermem)
 
-kmake = $(MAKE) -C $(KDIR) M=$(PEERMEM_DIR) $(peermem-make-args) \
-	$(if $(dropin),PEERMEM_DROPIN=1) \
+kmake-base = $(MAKE) -C $(KDIR) M=$(PEERMEM_DIR) $(peermem-make-args) \
+	$(if $(dropin),PEERMEM_DROPIN=1)
+kmake = $(kmake-base) \
 	$(if $(extra-symbols),KBUILD_EXTRA_SYMBOLS="$(extra-symbols)") \
 	$(if $(allow-unresolved),KBUILD_MODPOST_WARN=1)
 
 # Each check stops make with one line saying what is wrong and what to do.
 # (They are expanded only when a target that needs the tree runs.)
-peermem-err = $(error peermem: $(1))
+peermem-err = $(error peermem: $(strip $(1)))
 streq = $(if $(subst x$(1),,x$(2))$(subst x$(2),,x$(1)),,y)
 define peermem-check-tree
 $(if $(wildcard $(KDIR)/Makefile),,$(call peermem-err,KDIR=$(KDIR) is not a kernel build tree (no Makefile there). Install the kernel headers or pass KDIR=/path/to/built/kernel))
@@ -135,12 +148,12 @@ $(if $(shell command -v $(or $(BINDGEN),bindgen) 2>/dev/null),,$(call peermem-er
 $(if $(call kconfig,CONFIG_RUSTC_VERSION_TEXT),$(if $(call streq,$(call kconfig,CONFIG_RUSTC_VERSION_TEXT),"$(shell $(or $(RUSTC),rustc) --version 2>/dev/null)"),,$(call peermem-err,$(shell $(or $(RUSTC),rustc) --version) is not the $(call kconfig,CONFIG_RUSTC_VERSION_TEXT) that built KDIR=$(KDIR); Rust modules need the same compiler. Use that rustc or rebuild the kernel)))
 endef
 
-.PHONY: all modules modules_install clean help dropin
+.PHONY: all modules modules_install clean help dropin symvers
 all: modules
 
 modules:
 	@: $(strip $(peermem-check-tree) $(peermem-check-rust) $(peermem-check-symbols))
-	@echo "peermem: nvidia_p2p_* from $(or $(nv-symvers),nowhere (unresolved)); $(core-symbol) from $(or $(ofed-symvers),$(if $(call has-symbol,$(KDIR)/Module.symvers,$(core-symbol)),the kernel (KDIR/Module.symvers),nowhere (unresolved)))"
+	@echo "peermem: nvidia_p2p_* from $(or $(nv-symvers),nowhere (unresolved)); $(core-symbol) from $(or $(ofed-symvers),$(if $(core-in-kernel),the kernel (KDIR/Module.symvers),nowhere (unresolved)))"
 	@rm -f $(addprefix $(PEERMEM_DIR)/$(other-modname),.ko .o .mod .mod.c .mod.o)
 	+$(kmake) modules
 
@@ -161,21 +174,26 @@ dropin:
 	+$(MAKE) -C $(dropin-dir) KDIR=$(KDIR) DROPIN=1 \
 		$(if $(nv-symvers),NV_SYMVERS=$(nv-symvers)) $(if $(ofed-symvers),OFED_SYMVERS=$(ofed-symvers)) modules
 
+# Say which Module.symvers a build would use (or why there is none).
+symvers:
+	@: $(strip $(peermem-check-symbols))
+	@echo "peermem: nvidia_p2p_* from $(or $(nv-symvers),nowhere (unresolved)); $(core-symbol) from $(or $(ofed-symvers),$(if $(core-in-kernel),the kernel (KDIR/Module.symvers),nowhere (unresolved)))"
+
 modules_install:
 	@: $(strip $(peermem-check-tree))
-	+$(kmake) modules_install
+	+$(kmake-base) modules_install
 
 # Works without a kernel tree too.
 clean:
 ifneq ($(wildcard $(KDIR)/Makefile),)
-	+$(kmake) clean
+	+$(kmake-base) clean
 else
 	@echo "peermem: KDIR=$(KDIR) not found; removing build outputs directly"
 	cd $(PEERMEM_DIR) && rm -f $(foreach m,peermem nvidia_peermem,$(m).ko $(m).o $(m).mod $(m).mod.c $(m).mod.o) .module-common.o \
 		Module.symvers modules.order rust/*.o .*.cmd rust/.*.cmd rust/.*.d
 endif
 	rm -f $(PEERMEM_DIR)/rust/ffi_generated.rs $(PEERMEM_DIR)/rust/ffi_generated.rs.tmp.*
-	rm -rf $(PEERMEM_DIR)/dropin
+	rm -rf $(PEERMEM_DIR)/dropin $(PEERMEM_DIR)/.symvers
 
 help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
