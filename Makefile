@@ -79,6 +79,39 @@ ifeq ($(origin LLVM),undefined)
   endif
 endif
 
+# Rust toolchain: modules need the very rustc (and a bindgen of the same
+# version) that built the kernel. Ubuntu installs those under versioned names
+# (rustc-1.92, bindgen-0.71, packages of the same names); when RUSTC/BINDGEN
+# are not given and the plain `rustc`/`bindgen` is another version, the
+# versioned one is used if it is installed.
+kernel-rustc-text := $(subst ",,$(call kconfig,CONFIG_RUSTC_VERSION_TEXT))
+kernel-bindgen-text := $(subst ",,$(call kconfig,CONFIG_BINDGEN_VERSION_TEXT))
+rustc-mm := $(shell echo '$(word 2,$(kernel-rustc-text))' | cut -d. -f1-2)
+bindgen-mm := $(shell echo '$(word 2,$(kernel-bindgen-text))' | cut -d. -f1-2)
+ifeq ($(origin RUSTC),undefined)
+  ifneq ($(rustc-mm),)
+    ifneq ($(shell rustc --version 2>/dev/null),$(kernel-rustc-text))
+      ifneq ($(shell command -v rustc-$(rustc-mm) 2>/dev/null),)
+        RUSTC := rustc-$(rustc-mm)
+        peermem-make-args += RUSTC=$(RUSTC)
+      endif
+    endif
+  endif
+endif
+ifeq ($(origin BINDGEN),undefined)
+  ifneq ($(bindgen-mm),)
+    ifneq ($(word 2,$(shell bindgen --version 2>/dev/null)),$(word 2,$(kernel-bindgen-text)))
+      ifneq ($(shell command -v bindgen-$(bindgen-mm) 2>/dev/null),)
+        BINDGEN := bindgen-$(bindgen-mm)
+        peermem-make-args += BINDGEN=$(BINDGEN)
+      endif
+    endif
+  endif
+endif
+# The packages that give a distribution kernel's headers what a Rust module
+# build needs (named in the errors below).
+rust-pkg-hint = Ubuntu: apt install linux-lib-rust-$(kernel-release) $(if $(rustc-mm),rustc-$(rustc-mm)) $(if $(bindgen-mm),bindgen-$(bindgen-mm))
+
 # ---- The symbols peermem links against (see the top of this file)
 
 # has-symbol FILE SYMBOL: y if FILE is a Module.symvers exporting SYMBOL.
@@ -142,10 +175,10 @@ $(if $(wildcard $(KDIR)/Module.symvers),,$(call peermem-err,KDIR=$(KDIR) has no 
 endef
 define peermem-check-rust
 $(if $(filter y,$(call kconfig,CONFIG_RUST)),,$(call peermem-err,the kernel in KDIR=$(KDIR) is built without Rust (CONFIG_RUST is not y). peermem is a Rust module: use a CONFIG_RUST=y kernel (scripts/kernel.sh builds one)))
-$(if $(wildcard $(KDIR)/rust/libkernel.rmeta),,$(call peermem-err,KDIR=$(KDIR) has CONFIG_RUST=y but no built Rust kernel crate (rust/libkernel.rmeta). Build that kernel first))
-$(if $(shell command -v $(or $(RUSTC),rustc) 2>/dev/null),,$(call peermem-err,rustc not found. Install Rust (rustup) as for the kernel build; or set RUSTC=))
-$(if $(shell command -v $(or $(BINDGEN),bindgen) 2>/dev/null),,$(call peermem-err,bindgen not found. Install it with 'cargo install --locked bindgen-cli' (scripts/setup-host.sh does it); or set BINDGEN=))
-$(if $(call kconfig,CONFIG_RUSTC_VERSION_TEXT),$(if $(call streq,$(call kconfig,CONFIG_RUSTC_VERSION_TEXT),"$(shell $(or $(RUSTC),rustc) --version 2>/dev/null)"),,$(call peermem-err,$(shell $(or $(RUSTC),rustc) --version) is not the $(call kconfig,CONFIG_RUSTC_VERSION_TEXT) that built KDIR=$(KDIR); Rust modules need the same compiler. Use that rustc or rebuild the kernel)))
+$(if $(wildcard $(KDIR)/rust/libkernel.rmeta),,$(call peermem-err,KDIR=$(KDIR) has CONFIG_RUST=y but no built Rust kernel crate (rust/libkernel.rmeta): the headers lack the Rust metadata ($(rust-pkg-hint); a self-built kernel: build it, or install its headers with the rust/ directory)))
+$(if $(shell command -v $(or $(RUSTC),rustc) 2>/dev/null),,$(call peermem-err,$(or $(RUSTC),rustc) not found: the kernel was built with $(or $(kernel-rustc-text),rustc). Install that version ($(rust-pkg-hint); elsewhere rustup) or set RUSTC=))
+$(if $(shell command -v $(or $(BINDGEN),bindgen) 2>/dev/null),,$(call peermem-err,$(or $(BINDGEN),bindgen) not found$(if $(kernel-bindgen-text), (the kernel used $(kernel-bindgen-text))). Install it ($(rust-pkg-hint); elsewhere 'cargo install --locked bindgen-cli'; scripts/setup-host.sh does it) or set BINDGEN=))
+$(if $(call kconfig,CONFIG_RUSTC_VERSION_TEXT),$(if $(call streq,$(call kconfig,CONFIG_RUSTC_VERSION_TEXT),"$(shell $(or $(RUSTC),rustc) --version 2>/dev/null)"),,$(call peermem-err,$(shell $(or $(RUSTC),rustc) --version) is not the $(call kconfig,CONFIG_RUSTC_VERSION_TEXT) that built KDIR=$(KDIR); Rust modules need the same compiler. Install it ($(rust-pkg-hint); elsewhere rustup toolchain install $(word 2,$(kernel-rustc-text))) and pass RUSTC= if it has another name, or rebuild the kernel)))
 endef
 
 .PHONY: all modules modules_install clean help dropin symvers
