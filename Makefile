@@ -7,6 +7,9 @@
 #   make modules_install      install (INSTALL_MOD_PATH=... honoured)
 #   make clean
 #   make symvers              say which Module.symvers a build would use
+#   make dkms-install         install with DKMS for every Rust kernel (root;
+#                             DROPIN=1, KERNELS="rel ..."); dkms-uninstall
+#   make doctor               check this machine (scripts/doctor.sh)
 #   make dropin               build the drop-in (below) into dropin/, a copy
 #                             of the sources, beside ./peermem.ko (the tests
 #                             load both)
@@ -76,6 +79,19 @@ ifeq ($(origin LLVM),undefined)
     else
       peermem-make-args := LLVM=1
     endif
+  endif
+endif
+
+# dkms appends CC=clang LD=ld.lld for a kernel built with clang/lld; where
+# the kernel's LLVM has a version suffix (LLVM=-19: clang-19, no plain clang
+# installed), those names must carry it too.
+llvm-suffix := $(patsubst LLVM=%,%,$(filter LLVM=-%,$(peermem-make-args) $(if $(filter command line,$(origin LLVM)),LLVM=$(LLVM))))
+ifneq ($(llvm-suffix),)
+  ifeq ($(origin CC)$(CC),command lineclang)
+    peermem-make-args += CC=clang$(llvm-suffix)
+  endif
+  ifeq ($(origin LD)$(LD),command lineld.lld)
+    peermem-make-args += LD=ld.lld$(llvm-suffix)
   endif
 endif
 
@@ -181,7 +197,7 @@ $(if $(shell command -v $(or $(BINDGEN),bindgen) 2>/dev/null),,$(call peermem-er
 $(if $(call kconfig,CONFIG_RUSTC_VERSION_TEXT),$(if $(call streq,$(call kconfig,CONFIG_RUSTC_VERSION_TEXT),"$(shell $(or $(RUSTC),rustc) --version 2>/dev/null)"),,$(call peermem-err,$(shell $(or $(RUSTC),rustc) --version) is not the $(call kconfig,CONFIG_RUSTC_VERSION_TEXT) that built KDIR=$(KDIR); Rust modules need the same compiler. Install it ($(rust-pkg-hint); elsewhere rustup toolchain install $(word 2,$(kernel-rustc-text))) and pass RUSTC= if it has another name, or rebuild the kernel)))
 endef
 
-.PHONY: all modules modules_install clean help dropin symvers
+.PHONY: all modules modules_install clean help dropin symvers dkms-install dkms-uninstall doctor
 all: modules
 
 modules:
@@ -215,6 +231,18 @@ symvers:
 modules_install:
 	@: $(strip $(peermem-check-tree))
 	+$(kmake-base) modules_install
+
+# DKMS (docs/install.md): builds for every installed Rust kernel now and for
+# each new one; DROPIN=1 installs the drop-in. KERNELS="rel ..." limits the
+# kernels built now. As root.
+dkms-install:
+	bash $(PEERMEM_DIR)/scripts/dkms.sh install $(if $(dropin),--dropin) $(foreach k,$(KERNELS),--kernel $(k))
+dkms-uninstall:
+	bash $(PEERMEM_DIR)/scripts/dkms.sh uninstall
+
+# Read-only checks of this machine for peermem (docs/troubleshooting.md).
+doctor:
+	@bash $(PEERMEM_DIR)/scripts/doctor.sh
 
 # Works without a kernel tree too.
 clean:
