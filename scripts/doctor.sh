@@ -197,7 +197,9 @@ done
 
 # 10. DMA-BUF, the alternative
 nvv=$(rd "$P/driver/nvidia/version")
-if [ "$(kconf CONFIG_DMA_SHARED_BUFFER)" != y ]; then
+if [ -z "$cfg" ]; then
+	say INFO dma-buf "unknown: no kernel configuration to read CONFIG_DMA_SHARED_BUFFER from"
+elif [ "$(kconf CONFIG_DMA_SHARED_BUFFER)" != y ]; then
 	say INFO dma-buf "the kernel has no CONFIG_DMA_SHARED_BUFFER: no DMA-BUF MRs; peer memory is the only way"
 elif [[ $nvv == *"Open Kernel Module"* ]]; then
 	say INFO dma-buf "NVIDIA open kernel modules: DMA-BUF MRs (ibv_reg_dmabuf_mr; NCCL_DMABUF_ENABLE=1) work too; NVIDIA recommends them with the open driver"
