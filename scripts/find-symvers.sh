@@ -109,16 +109,17 @@ installed_ko() {
 		sort | cut -f2-
 }
 
-[ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/peermem-symvers.XXXXXX")
+# (created only when something is derived)
+[ -n "$out" ] || out=${TMPDIR:-/tmp}/peermem-symvers.$$
 # derive NAME PREFIXES SYM...: a Module.symvers of the exports starting with
 # one of PREFIXES (a space-separated list) of the first installed NAME that
 # exports every SYM; prints its path.
 derive() {
 	local name=$1 prefix=$2 ko f; shift 2
-	mkdir -p "$out" || return 1
 	f=$out/$name.symvers
 	while read -r ko; do
 		[ -n "$ko" ] || continue
+		mkdir -p "$out" || return 1
 		# shellcheck disable=SC2086  # a list of prefixes
 		if ! python3 "$here/ko-exports.py" "$ko" "$name" $prefix >"$f.tmp" 2>"$f.err"; then
 			reject "$ko" "$(tr '\n' ' ' <"$f.err")no $prefix* exports read"

@@ -6,6 +6,7 @@
 #               MLNX_OFED/DOCA-OFED and NVIDIA's packages, stale and
 #               foreign-arch ones rejected, entries derived from installed
 #               modules, the error messages, and the Makefile's use of it;
+#   toolchain.sh the Makefile's Rust toolchain errors and Ubuntu's versioned rustc;
 #   doctor.sh   scripts/doctor.sh on a good fake machine and on one broken
 #               set-up per check;
 #   dkms.sh     scripts/dkms.sh with Debian's dkms against KDIR, as root
@@ -23,7 +24,7 @@ notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
 scratch=$(mktemp -d /tmp/peermem-install-test.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 
-for t in symvers doctor dkms; do
+for t in symvers toolchain doctor dkms; do
 	echo "# --- $t"
 	# shellcheck source=/dev/null
 	. "$here/$t.sh"
