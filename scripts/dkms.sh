@@ -101,9 +101,11 @@ done
 
 dst=$src_root/$name-$version
 mkdir -p "$dst/scripts"
-(cd "$top" && cp -r Kbuild Makefile rust include "$dst"/)
+# The sources only (no build outputs of a checkout that was built).
+(cd "$top" && cp Kbuild Makefile "$dst"/ &&
+	find rust include -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) ! -name ffi_generated.rs |
+	while read -r f; do mkdir -p "$dst/$(dirname "$f")" && cp "$f" "$dst/$f" || exit 1; done)
 cp "$top/scripts/bindgen.sh" "$top/scripts/find-symvers.sh" "$top/scripts/ko-exports.py" "$dst/scripts/"
-rm -f "$dst"/rust/ffi_generated.rs "$dst"/rust/*.o "$dst"/rust/.*.cmd
 bdeps=""
 i=0
 for d in $deps; do bdeps+="BUILD_DEPENDS[$i]=\"$d\""$'\n'; i=$((i + 1)); done

@@ -86,6 +86,10 @@ if grep -q "nvidia_p2p_\* from $nvb/Module.symvers" "$log" 2>/dev/null; then
 else
 	notok "dkms: the build's NVIDIA symvers ($(grep -m1 'nvidia_p2p_\* from' "$log" 2>/dev/null))"
 fi
+junk=$(find "/usr/src/peermem-$ver" -name '*.o' -o -name '*.ko' -o -name '*.cmd' -o -name ffi_generated.rs 2>/dev/null)
+if [ -f "/usr/src/peermem-$ver/dkms.conf" ] && [ -f "/usr/src/peermem-$ver/rust/peermem.rs" ] && [ -z "$junk" ]; then
+	ok "dkms: /usr/src/peermem-$ver holds the sources and dkms.conf, no build outputs of the checkout"
+else notok "dkms: /usr/src/peermem-$ver: $(echo "$junk" | head -n 3)"; fi
 mp=$scratch/modprobe.d/peermem.conf
 if grep -qx 'softdep nvidia_peermem pre: nvidia ib_uverbs ib_core' "$mp" 2>/dev/null && grep -qx 'blacklist nvidia-peermem' "$mp"; then
 	ok "dkms: modprobe.d/peermem.conf has the softdep on the driver and OFED's core, and blacklists nvidia-peermem"
