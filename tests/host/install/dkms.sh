@@ -4,8 +4,10 @@
 # DKMS for real: Debian's dkms (scripts/setup-host.sh installs it) builds and
 # installs the drop-in against the rig kernel tree (KDIR), finding a stand-in
 # NVIDIA DKMS layout (/var/lib/dkms/nvidia/<ver>/build/Module.symvers, a copy
-# of gpusim's) and OFED layout (ofa_kernel-dkms/<arch>/<rel> and a stale
-# `default`) in a temporary root given by PEERMEM_SYSROOT; then removes it.
+# of gpusim's) in a temporary root given by PEERMEM_SYSROOT (an OFED layout
+# lies beside it, but the rig kernel exports the peer-memory core itself, so
+# find-symvers takes the kernel's; symvers.sh covers the OFED layouts); then
+# removes it all.
 # As root on the host: it adds /usr/src/peermem-<ver>, /var/lib/dkms/peermem,
 # /lib/modules/<rel>/updates/dkms/nvidia_peermem.ko and, when they do not
 # exist, /lib/modules/<rel>/build (a link to KDIR) and /lib/modules/<rel>;
