@@ -4,9 +4,10 @@
 # DKMS for real: Debian's dkms (scripts/setup-host.sh installs it) builds and
 # installs the drop-in against the rig kernel tree (KDIR), finding a stand-in
 # NVIDIA DKMS layout (/var/lib/dkms/nvidia/<ver>/build/Module.symvers, a copy
-# of gpusim's) in a temporary root given by PEERMEM_SYSROOT (an OFED layout
-# lies beside it, but the rig kernel exports the peer-memory core itself, so
-# find-symvers takes the kernel's; symvers.sh covers the OFED layouts); then
+# of gpusim's) in a temporary root given by PEERMEM_SYSROOT (the rig kernel
+# exports the peer-memory core itself); then, when tests/host/compat built
+# the 6.12 tree (no core), the default module for 6.12 with the core found in
+# a stand-in OFED DKMS tree and a stale ofa_kernel/default rejected; then
 # removes it all.
 # As root on the host: it adds /usr/src/peermem-<ver>, /var/lib/dkms/peermem,
 # /lib/modules/<rel>/updates/dkms/nvidia_peermem.ko and, when they do not
@@ -31,7 +32,7 @@ fi
 
 krel=$(cat "$KDIR/include/config/kernel.release")
 ver=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' "$PEERMEM_ROOT/include/peermem_ffi.h")
-made_moddir=0 made_build=0
+made_moddir=0 made_build=0 k6rel='' made_moddir6=0 made_build6=0
 [ -d "/lib/modules/$krel" ] || made_moddir=1
 mok_before=$(ls /var/lib/dkms/mok.* 2>/dev/null)
 # dkms keeps make.log in build/ while building, in <rel>/<arch>/log/ after.
@@ -45,7 +46,13 @@ dk_cleanup() {
 	rm -f "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"*
 	[ -n "$mok_before" ] || rm -f /var/lib/dkms/mok.key /var/lib/dkms/mok.pub
 	[ "$made_build" = 1 ] && rm -f "/lib/modules/$krel/build"
-	if [ "$made_moddir" = 1 ]; then rm -rf "/lib/modules/${krel:?}"; rmdir /lib/modules 2>/dev/null; fi
+	if [ -n "$k6rel" ]; then
+		rm -f "/lib/modules/$k6rel/updates/dkms/peermem.ko"*
+		[ "$made_build6" = 1 ] && rm -f "/lib/modules/$k6rel/build"
+		[ "$made_moddir6" = 1 ] && rm -rf "/lib/modules/${k6rel:?}"
+	fi
+	if [ "$made_moddir" = 1 ]; then rm -rf "/lib/modules/${krel:?}"; fi
+	rmdir /lib/modules 2>/dev/null
 	rm -rf "$scratch"
 }
 trap 'dk_cleanup' EXIT
@@ -111,9 +118,46 @@ if [ "$made_moddir" = 1 ] && [ -n "$ko" ]; then
 else
 	dk_skip "depmod priority over kernel/nvidia-*/nvidia-peermem.ko" "/lib/modules/$krel existed before the test"
 fi
+# A kernel without the peer-memory core (the 6.12 compile-check tree, when
+# tests/host/compat built it): the default build, with the core found in an
+# old-style OFED DKMS tree for that kernel, a stale `default` rejected.
+k6=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver 6.12 --print-kdir 2>/dev/null | tail -n 1)
+if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kernel.release" ]; then
+	k6rel=$(cat "$k6/include/config/kernel.release")
+	[ -d "/lib/modules/$k6rel" ] || made_moddir6=1
+	mkdir -p "/lib/modules/$k6rel"
+	if [ ! -e "/lib/modules/$k6rel/build" ]; then ln -s "$k6" "/lib/modules/$k6rel/build"; made_build6=1; fi
+	mkdir -p "$tr/var/lib/dkms/nvidia/580.95/$k6rel/x86_64" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build" \
+		"$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/$k6rel/x86_64"
+	cp "$ofd/Module.symvers" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build/Module.symvers"
+	rm -rf "$tr/usr/src/ofa_kernel-dkms"
+	t0=$(date +%s)
+	PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d \
+		bash "$PEERMEM_ROOT/scripts/dkms.sh" install --kernel "$k6rel" >"$scratch/dkms-install6.log" 2>&1
+	rc=$?
+	t1=$(date +%s)
+	ko6=$(ls "/lib/modules/$k6rel/updates/dkms/peermem.ko"* 2>/dev/null | head -n 1)
+	log6=$(ls "/var/lib/dkms/peermem/$ver/$k6rel/x86_64/log/make.log" 2>/dev/null)
+	if [ "$rc" = 0 ] && [ -n "$ko6" ] && [ "$(modinfo -F vermagic "$ko6" | cut -d' ' -f1)" = "$k6rel" ] &&
+		[ "$(modinfo -F depends "$ko6" | tr ',' '\n' | sort | tr '\n' ' ')" = "gpusim ib_uverbs " ]; then
+		ok "dkms: $k6rel (no core in the kernel): peermem.ko built and installed against the stand-in OFED's ib_uverbs and NVIDIA layouts ($((t1 - t0)) s)"
+	else
+		notok "dkms: $k6rel build (rc $rc; ko ${ko6:-none}, depends $(modinfo -F depends "$ko6" 2>/dev/null))"
+		tail -n 15 "$scratch/dkms-install6.log" | sed 's/^/#   /'
+	fi
+	if grep -q "ib_register_peer_memory_client from $tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build/Module.symvers (exported by ib_uverbs)" "$log6" 2>/dev/null &&
+		grep -q "not using $tr/usr/src/ofa_kernel/default: it points at .*6.8.0-old" "$log6"; then
+		ok "dkms: $k6rel: the build took the OFED DKMS tree dkms built for $k6rel and rejected the stale ofa_kernel/default"
+	else
+		notok "dkms: $k6rel OFED discovery: $(grep -m3 'peermem:' "$log6" 2>/dev/null | tr '\n' '|')"
+	fi
+else
+	dk_skip "a build for a kernel without the core (6.12)" "no 6.12 compile-check tree (tests/host/compat builds it)"
+	dk_skip "OFED discovery in a DKMS build" "no 6.12 compile-check tree"
+fi
 PEERMEM_MODPROBE_D=$scratch/modprobe.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >"$scratch/dkms-uninstall.log" 2>&1; rc1=$?
 PEERMEM_MODPROBE_D=$scratch/modprobe.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-uninstall.log" 2>&1; rc2=$?
-left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" 2>/dev/null)
+left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* ${k6rel:+"/lib/modules/$k6rel/updates/dkms/peermem.ko"*} "$mp" 2>/dev/null)
 if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ -z "$left" ]; then
 	ok "dkms: make dkms-uninstall removes it all (and a second uninstall is a no-op)"
 else
@@ -122,8 +166,8 @@ else
 fi
 dk_cleanup
 trap 'rm -rf "$scratch"' EXIT
-left=$(ls -d /var/lib/dkms/peermem "/usr/src/peermem-$ver" 2>/dev/null; [ "$made_moddir" = 1 ] && ls -d "/lib/modules/$krel" 2>/dev/null)
-if [ -z "$left" ]; then ok "dkms: nothing left on the host (/var/lib/dkms/peermem, /usr/src/peermem-$ver$([ "$made_moddir" = 1 ] && echo ", /lib/modules/$krel"))"
+left=$(ls -d /var/lib/dkms/peermem "/usr/src/peermem-$ver" 2>/dev/null; [ "$made_moddir" = 1 ] && ls -d "/lib/modules/$krel" 2>/dev/null; [ "$made_moddir6" = 1 ] && ls -d "/lib/modules/$k6rel" 2>/dev/null)
+if [ -z "$left" ]; then ok "dkms: nothing left on the host (/var/lib/dkms/peermem, /usr/src/peermem-$ver$([ "$made_moddir" = 1 ] && echo ", /lib/modules/$krel")$([ "$made_moddir6" = 1 ] && echo ", /lib/modules/$k6rel"))"
 else notok "dkms: left behind: $left"; fi
 scratch=$(mktemp -d /tmp/peermem-install-test.XXXXXX)
 exec 9>&-
