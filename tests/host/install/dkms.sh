@@ -32,7 +32,8 @@ fi
 
 krel=$(cat "$KDIR/include/config/kernel.release")
 ver=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' "$PEERMEM_ROOT/include/peermem_ffi.h")
-made_moddir=0 made_build=0 k6rel='' made_moddir6=0 made_build6=0
+made_moddir=0 made_build=0 k6rel='' made_moddir6=0 made_build6=0 made_lib=0
+[ -d /lib/modules ] || made_lib=1
 [ -d "/lib/modules/$krel" ] || made_moddir=1
 mok_before=$(ls /var/lib/dkms/mok.* 2>/dev/null)
 # dkms keeps make.log in build/ while building, in <rel>/<arch>/log/ after.
@@ -52,7 +53,7 @@ dk_cleanup() {
 		[ "$made_moddir6" = 1 ] && rm -rf "/lib/modules/${k6rel:?}"
 	fi
 	if [ "$made_moddir" = 1 ]; then rm -rf "/lib/modules/${krel:?}"; fi
-	rmdir /lib/modules 2>/dev/null
+	[ "$made_lib" = 1 ] && rmdir /lib/modules 2>/dev/null
 	rm -rf "$scratch"
 }
 trap 'dk_cleanup' EXIT
