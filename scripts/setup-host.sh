@@ -16,6 +16,9 @@ APT_PKGS=(
 	iproute2 perftest
 	# scripts/bench.sh's plot
 	python3-matplotlib
+	# make dkms-install and its test (tests/host/install); zstd for the
+	# compressed modules that test fakes
+	dkms zstd
 )
 BINDGEN_VERSION=${BINDGEN_VERSION:-0.73.2}
 

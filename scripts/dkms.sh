@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Install peermem as a DKMS module (built again by dkms for every new kernel),
+# or remove it. `make dkms-install` / `make dkms-uninstall` call this.
+#
+#   scripts/dkms.sh install [--dropin] [--kernel REL]...
+#   scripts/dkms.sh uninstall
+#
+# install:
+#   - copies the module's sources to /usr/src/peermem-<version>/ with a
+#     dkms.conf (dkms/dkms.conf.in): the module is peermem.ko, or with
+#     --dropin nvidia_peermem.ko (NVIDIA's name; README.md says when you
+#     want that); dkms builds it only for kernels with CONFIG_RUST=y
+#     (BUILD_EXCLUSIVE_CONFIG) and finds the NVIDIA and OFED Module.symvers
+#     at each build itself (scripts/find-symvers.sh);
+#   - BUILD_DEPENDS names the OFED and NVIDIA DKMS modules that are
+#     registered with dkms now (mlnx-ofed-kernel, nvidia*), so that after a
+#     kernel update dkms builds them first;
+#   - installs /etc/modprobe.d/peermem.conf (dkms/modprobe.conf.in):
+#     softdeps on the NVIDIA driver and OFED's core, and for the drop-in
+#     `blacklist nvidia-peermem`;
+#   - `dkms add`, then `dkms install` for each kernel (default: every
+#     /lib/modules/<rel>/build with CONFIG_RUST=y; --kernel REL, repeatable,
+#     limits it). DKMS installs to /lib/modules/<rel>/updates/dkms (what
+#     Debian, Ubuntu and Arch's dkms force), which depmod searches before the
+#     kernel/ directory where NVIDIA's precompiled packages and .run installer
+#     put nvidia-peermem.ko.
+# uninstall: `dkms remove --all` of every peermem version, and the files above.
+#
+# Environment: DKMS (the dkms command), PEERMEM_DKMS_SRC (default /usr/src),
+# PEERMEM_MODPROBE_D (default /etc/modprobe.d), PEERMEM_DKMS_JOBS (make -j
+# for the build, default the number of CPUs).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+dkms=${DKMS:-dkms}
+src_root=${PEERMEM_DKMS_SRC:-/usr/src}
+modprobe_d=${PEERMEM_MODPROBE_D:-/etc/modprobe.d}
+name=peermem
+version=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' "$top/include/peermem_ffi.h")
+
+die() { echo "peermem: dkms: $*" >&2; exit 1; }
+[ -n "$version" ] || die "cannot read PEERMEM_VERSION from include/peermem_ffi.h"
+command -v "$dkms" >/dev/null || die "dkms not found: install it (Debian/Ubuntu: apt install dkms; RHEL: dnf install dkms from EPEL)"
+[ "$(id -u)" = 0 ] || die "run as root (sudo make dkms-install)"
+
+cmd=${1:-}; shift || true
+dropin=0 kernels=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--dropin) dropin=1; shift ;;
+	--kernel) kernels+=("$2"); shift 2 ;;
+	*) die "unknown argument '$1'" ;;
+	esac
+done
+
+# The versions of peermem dkms knows.
+registered() {
+	if [ -d /var/lib/dkms/$name ]; then
+		find /var/lib/dkms/$name -mindepth 1 -maxdepth 1 -type d ! -name original_module -printf '%f\n'
+	fi
+}
+
+uninstall() {
+	local v
+	for v in $(registered); do
+		"$dkms" remove "$name/$v" --all || true
+		rm -rf "${src_root:?}/$name-$v"
+	done
+	rm -rf "${src_root:?}/$name-$version"
+	rm -f "$modprobe_d/peermem.conf"
+}
+
+case $cmd in
+uninstall) uninstall; echo "peermem: dkms: removed"; exit 0 ;;
+install) ;;
+*) die "usage: scripts/dkms.sh install [--dropin] [--kernel REL]... | uninstall" ;;
+esac
+
+if [ ${#kernels[@]} = 0 ]; then
+	for b in /lib/modules/*/build; do
+		[ -f "$b/.config" ] || continue
+		if grep -qx 'CONFIG_RUST=y' "$b/.config"; then
+			kernels+=("$(basename "$(dirname "$b")")")
+		else
+			echo "peermem: dkms: skipping $(basename "$(dirname "$b")"): built without Rust (CONFIG_RUST is not y)"
+		fi
+	done
+	[ ${#kernels[@]} -gt 0 ] || die "no installed kernel with CONFIG_RUST=y and its headers (/lib/modules/<release>/build): see docs/install.md"
+fi
+
+# A previous install of any version goes first (one peermem at a time).
+uninstall >/dev/null 2>&1 || true
+
+modname=peermem makeopt=""
+if [ "$dropin" = 1 ]; then modname=nvidia_peermem makeopt="DROPIN=1"; fi
+deps=""
+for d in /var/lib/dkms/mlnx-ofed-kernel /var/lib/dkms/nvidia*; do
+	[ -d "$d" ] && deps+="${deps:+ }$(basename "$d")"
+done
+
+dst=$src_root/$name-$version
+mkdir -p "$dst/scripts"
+# The sources only (no build outputs of a checkout that was built).
+(cd "$top" && cp Kbuild Makefile "$dst"/ &&
+	find rust include -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) ! -name ffi_generated.rs |
+	while read -r f; do mkdir -p "$dst/$(dirname "$f")" && cp "$f" "$dst/$f" || exit 1; done)
+cp "$top/scripts/bindgen.sh" "$top/scripts/find-symvers.sh" "$top/scripts/ko-exports.py" "$dst/scripts/"
+bdeps=""
+i=0
+for d in $deps; do bdeps+="BUILD_DEPENDS[$i]=\"$d\""$'\n'; i=$((i + 1)); done
+sed -e "s|@VERSION@|$version|g" -e "s|@MODNAME@|$modname|g" -e "s|@MAKEOPT@|$makeopt|g" \
+	-e "s|@JOBS@|${PEERMEM_DKMS_JOBS:-\$(nproc)}|g" "$top/dkms/dkms.conf.in" >"$dst/dkms.conf"
+printf '%s' "$bdeps" >>"$dst/dkms.conf"
+
+mkdir -p "$modprobe_d"
+{
+	sed -n '/^# BEGIN common/,/^# END common/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in" | sed "s|@MODNAME@|$modname|g"
+	if [ "$dropin" = 1 ]; then
+		sed -n '/^# BEGIN dropin/,/^# END dropin/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
+	fi
+} >"$modprobe_d/peermem.conf"
+
+"$dkms" add "$name/$version"
+rc=0
+for k in "${kernels[@]}"; do
+	if "$dkms" install "$name/$version" -k "$k"; then
+		echo "peermem: dkms: installed $modname for $k"
+	else
+		rc=1
+		echo "peermem: dkms: the build for $k failed; its log: /var/lib/dkms/$name/$version/build/make.log (scripts/doctor.sh says what is missing)" >&2
+	fi
+done
+exit $rc

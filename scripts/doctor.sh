@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# peermem doctor: read-only checks of this machine, one line per check:
+#   PASS|WARN|FAIL|INFO  <check>: <what was found; for WARN/FAIL what to do>
+# then a summary line. Exit status 1 when any check FAILs, else 0.
+# docs/troubleshooting.md explains each line. It changes nothing (reads
+# /proc, /sys, /lib/modules, /boot and runs --version / modinfo / ofed_info /
+# mokutil --sb-state where present); as non-root some facts are unreadable
+# and said so.
+#
+#   scripts/doctor.sh [--root DIR] [--release REL]     (make doctor)
+#
+#   --root DIR     read DIR/proc, DIR/sys, DIR/lib/modules, DIR/boot instead
+#                  of the real ones (the tests feed fake set-ups); env
+#                  PEERMEM_DOCTOR_ROOT
+#   --release REL  the kernel to check (default: the running one)
+#
+# Checks: kernel has Rust; its headers have the Rust metadata; the kernel's
+# rustc and bindgen are installed; OFED's peer-memory core is loaded, and
+# which OFED version; the NVIDIA driver is loaded and exports
+# nvidia_p2p_get_pages; no nvidia-peermem / nv_peer_mem (conflict); peermem
+# loaded and registered; what NCCL, UCX and NVSHMEM will detect; DMA-BUF as
+# the alternative; Secure Boot and whether the module is signed.
+set -uo pipefail
+
+root=${PEERMEM_DOCTOR_ROOT:-}
+rel=''
+while [ $# -gt 0 ]; do
+	case $1 in
+	--root) root=$2; shift 2 ;;
+	--release) rel=$2; shift 2 ;;
+	-h|--help) sed -n '3,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+	*) echo "doctor: unknown argument '$1' (--help)" >&2; exit 2 ;;
+	esac
+done
+root=${root%/}
+if [ -z "$rel" ]; then
+	if [ -n "$root" ]; then read -r rel <"$root/proc/sys/kernel/osrelease" 2>/dev/null; fi
+	[ -n "$rel" ] || rel=$(uname -r)
+fi
+P=$root/proc S=$root/sys M=$root/lib/modules/$rel
+
+npass=0 nwarn=0 nfail=0
+say() {
+	printf '%-5s %s: %s\n' "$1" "$2" "$3"
+	case $1 in PASS) npass=$((npass + 1)) ;; WARN) nwarn=$((nwarn + 1)) ;; FAIL) nfail=$((nfail + 1)) ;; esac
+}
+rd() { local v=''; { read -r v <"$1"; } 2>/dev/null; printf '%s' "$v"; }
+
+# ---- kernel config: /proc/config.gz, /boot/config-REL, the headers' .config
+cfg=''
+# /proc/config.gz only describes the running kernel.
+if [ -r "$P/config.gz" ] && [ "$rel" = "$(rd "$P/sys/kernel/osrelease")" ]; then
+	cfg=$(zcat "$P/config.gz" 2>/dev/null)
+	cfgfrom=/proc/config.gz
+fi
+if [ -z "$cfg" ] && [ -r "$root/boot/config-$rel" ]; then cfg=$(cat "$root/boot/config-$rel"); cfgfrom=/boot/config-$rel; fi
+if [ -z "$cfg" ] && [ -r "$M/build/.config" ]; then cfg=$(cat "$M/build/.config"); cfgfrom=/lib/modules/$rel/build/.config; fi
+kconf() { sed -n "s/^$1=//p" <<<"$cfg" | tr -d '"'; }
+
+# 1. Rust in the kernel
+if [ -z "$cfg" ]; then
+	say FAIL kernel-rust "no configuration found for kernel $rel (/proc/config.gz, /boot/config-$rel, /lib/modules/$rel/build/.config): install its headers (Ubuntu: apt install linux-headers-$rel)"
+elif [ "$(kconf CONFIG_RUST)" = y ]; then
+	say PASS kernel-rust "kernel $rel has CONFIG_RUST=y ($cfgfrom)"
+else
+	say FAIL kernel-rust "kernel $rel is built without Rust (CONFIG_RUST is not y in $cfgfrom); peermem is a Rust module: boot a Rust-enabled kernel (Ubuntu 26.04's generic kernel, or build one: docs/install.md)"
+fi
+
+# 2. headers with the Rust metadata
+if [ ! -d "$M/build" ]; then
+	say FAIL kernel-headers "no /lib/modules/$rel/build: install the kernel's headers (Ubuntu: apt install linux-headers-$rel linux-lib-rust-$rel)"
+elif [ ! -f "$M/build/rust/libkernel.rmeta" ]; then
+	say FAIL kernel-headers "/lib/modules/$rel/build has no Rust metadata (rust/libkernel.rmeta): Ubuntu: apt install linux-lib-rust-$rel; a self-built kernel: install its build tree with rust/"
+else
+	say PASS kernel-headers "/lib/modules/$rel/build with the Rust metadata"
+fi
+
+# 3./4. the kernel's own rustc and bindgen (plain or Ubuntu's versioned name)
+# tool NAME WANT-TEXT: the first of NAME, NAME-<major.minor> whose
+# --version prints WANT (bindgen: the same version number); prints it.
+tool() {
+	local name=$1 want=$2 v mm c out
+	v=$(awk '{ print $2 }' <<<"$want"); mm=$(cut -d. -f1-2 <<<"$v")
+	for c in "$name" "$name-$mm"; do
+		command -v "$c" >/dev/null 2>&1 || continue
+		out=$("$c" --version 2>/dev/null | head -n 1)
+		if [ "$out" = "$want" ] || [ "$(awk '{ print $2 }' <<<"$out")" = "$v" ]; then echo "$c"; return 0; fi
+	done
+	return 1
+}
+hcfg=$cfg
+[ -r "$M/build/.config" ] && hcfg=$(cat "$M/build/.config")
+for t in rustc bindgen; do
+	key=CONFIG_${t^^}_VERSION_TEXT
+	want=$(sed -n "s/^$key=//p" <<<"$hcfg" | tr -d '"')
+	if [ -z "$want" ]; then
+		if command -v "$t" >/dev/null 2>&1; then say WARN "$t" "the kernel's configuration names no $t version; found $($t --version 2>/dev/null | head -n 1)"
+		else say FAIL "$t" "the kernel names no $t version and none is installed"; fi
+		continue
+	fi
+	mm=$(awk '{ print $2 }' <<<"$want" | cut -d. -f1-2)
+	if c=$(tool "$t" "$want"); then
+		say PASS "$t" "$c is the kernel's $want"
+	else
+		have=$(command -v "$t" >/dev/null 2>&1 && "$t" --version 2>/dev/null | head -n 1)
+		say FAIL "$t" "the kernel was built with $want, ${have:+this machine has $have, }no $t or $t-$mm of that version: Ubuntu: apt install $t-$mm; elsewhere $([ "$t" = rustc ] && echo "rustup toolchain install $(awk '{ print $2 }' <<<"$want")" || echo "cargo install --locked --version $(awk '{ print $2 }' <<<"$want") bindgen-cli")"
+	fi
+done
+
+# ---- symbols: /proc/kallsyms (names are readable without root)
+ksyms=''
+[ -r "$P/kallsyms" ] && ksyms=$(grep -E ' (ib_register_peer_memory_client|nvidia_p2p_get_pages)(\s|$)' "$P/kallsyms")
+owner() { # SYM: the module that has it, or "the kernel"
+	local l
+	l=$(grep -E " $1(\s|$)" <<<"$ksyms" | head -n 1)
+	[ -n "$l" ] || return 1
+	if [[ $l == *"["*"]"* ]]; then l=${l##*[}; echo "${l%]*}"; else echo "the kernel (built in)"; fi
+}
+
+# 5. OFED's peer-memory core, and its version
+if o=$(owner ib_register_peer_memory_client); then
+	say PASS peer-memory-core "ib_register_peer_memory_client is exported by $o"
+else
+	say FAIL peer-memory-core "no ib_register_peer_memory_client in /proc/kallsyms: MLNX_OFED/DOCA-OFED's ib_core/ib_uverbs are not loaded (the distribution's have no peer-memory core): install DOCA-OFED for kernel $rel and load it (/etc/init.d/openibd restart, or modprobe ib_uverbs)"
+fi
+ofed=''
+if [ -z "$root" ] && command -v ofed_info >/dev/null 2>&1; then ofed=$(ofed_info -s 2>/dev/null | tr -d ':'); fi
+if [ -z "$ofed" ]; then
+	for m in mlx_compat ib_uverbs ib_core; do
+		v=$(rd "$S/module/$m/version"); [ -n "$v" ] && { ofed="$v ($m)"; break; }
+	done
+fi
+case $ofed in
+'') say INFO ofed-version "no OFED version found (ofed_info, /sys/module/mlx_compat/version)" ;;
+*24.10*|*25.01*) say WARN ofed-version "OFED $ofed: its peer-memory invalidation error path can hang (24.10 and 25.01); use 25.04 or later, or load peermem with enable_invalidate=0 (docs/troubleshooting.md)" ;;
+*) say PASS ofed-version "OFED $ofed" ;;
+esac
+
+# 6. the GPU driver
+if o=$(owner nvidia_p2p_get_pages); then
+	if [ "$o" = gpusim ]; then say PASS gpu-driver "nvidia_p2p_get_pages from gpusim (the rig's emulated GPU)"
+	else say PASS gpu-driver "nvidia_p2p_get_pages from $o$([ -r "$S/module/nvidia/version" ] && echo " $(rd "$S/module/nvidia/version")")"; fi
+elif [ -d "$S/module/nvidia" ]; then
+	say FAIL gpu-driver "nvidia is loaded but /proc/kallsyms has no nvidia_p2p_get_pages: a driver without GPUDirect RDMA (GeForce/consumer builds?); use a data-center driver"
+else
+	say FAIL gpu-driver "the NVIDIA driver is not loaded: modprobe nvidia (install the driver's kernel modules for $rel first)"
+fi
+
+# 7./8. who holds the peer-memory client name: nv_peer_mem, NVIDIA's
+# nvidia_peermem, peermem (ours has the parameter enable_nc)
+ours() { [ -e "$S/module/$1/parameters/enable_nc" ]; }
+conf=''
+[ -d "$S/module/nv_peer_mem" ] && conf="nv_peer_mem (Mellanox's nv_peer_memory)"
+if [ -d "$S/module/nvidia_peermem" ] && ! ours nvidia_peermem; then conf+="${conf:+ and }nvidia_peermem (NVIDIA's nvidia-peermem $(rd "$S/module/nvidia_peermem/version"))"; fi
+if [ -n "$conf" ]; then
+	say FAIL conflict "$conf is loaded: it registers as the same peer-memory client; unload it (modprobe -r nvidia_peermem nv_peer_mem) and load peermem; 'make dkms-install DROPIN=1' blacklists nvidia-peermem"
+else
+	say PASS conflict "neither nvidia-peermem nor nv_peer_mem is loaded"
+fi
+pm=''
+for m in peermem nvidia_peermem; do ours "$m" && pm+="${pm:+ }$m"; done
+if [ -z "$pm" ]; then
+	say FAIL peermem "peermem is not loaded: modprobe peermem (or nvidia_peermem, the drop-in); dmesg | grep peermem says why a load failed"
+else
+	for m in $pm; do
+		d=$S/kernel/debug/$m
+		v=$(rd "$S/module/$m/version")
+		if [ -r "$d/registrations_acquired" ]; then
+			acq=$(rd "$d/registrations_acquired") relz=$(rd "$d/registrations_released") err=$(rd "$d/errors")
+			say PASS peermem "$m $v loaded and registered ($(rd "$S/module/$m/parameters/peer_name")$([ "$(rd "$S/module/$m/parameters/enable_nc")" = Y ] && echo ", $(rd "$S/module/$m/parameters/peer_name")_nc")); live registrations $((acq - relz)), errors $err"
+		elif [ -d "$S/kernel/debug" ] && [ -z "$(ls -A "$S/kernel/debug" 2>/dev/null)" ]; then
+			say WARN peermem "$m $v loaded (it registers at load or fails to load); debugfs is not mounted or not readable, so no counters: mount -t debugfs none /sys/kernel/debug (as root)"
+		else
+			say WARN peermem "$m $v loaded, but /sys/kernel/debug/$m is missing (no CONFIG_DEBUG_FS, or not root): counters unavailable"
+		fi
+	done
+fi
+
+# 9. what the stacks probe (docs/module.md, "What NCCL, UCX ... look for")
+probe() { # PATH...: the first that exists
+	local p
+	for p; do [ -e "$root$p" ] && { echo "$p"; return 0; }; done
+	return 1
+}
+for s in "NCCL:/sys/kernel/mm/memory_peers/nv_mem/version /sys/kernel/mm/memory_peers/nv_mem_nc/version /sys/module/nvidia_peermem/version" \
+	"UCX:/sys/kernel/mm/memory_peers/nv_mem/version /sys/module/nvidia_peermem/version /sys/module/nv_peer_mem/version" \
+	"NVSHMEM:/sys/kernel/mm/memory_peers/nv_mem/version /sys/kernel/mm/memory_peers/nvidia-peermem/version /sys/module/nvidia_peermem/version"; do
+	name=${s%%:*}
+	# shellcheck disable=SC2086  # a list of paths
+	if f=$(probe ${s#*:}); then
+		say PASS "stack-$name" "will use GPUDirect RDMA (finds $f)"
+	else
+		say WARN "stack-$name" "finds none of ${s#*:}: it will report GPUDirect RDMA disabled (NCCL: 'GPU Direct RDMA Disabled'); load the drop-in (make DROPIN=1, module nvidia_peermem) — plain ibv_reg_mr on GPU memory works without it"
+	fi
+done
+
+# 10. DMA-BUF, the alternative
+nvv=$(rd "$P/driver/nvidia/version")
+if [ -z "$cfg" ]; then
+	say INFO dma-buf "unknown: no kernel configuration to read CONFIG_DMA_SHARED_BUFFER from"
+elif [ "$(kconf CONFIG_DMA_SHARED_BUFFER)" != y ]; then
+	say INFO dma-buf "the kernel has no CONFIG_DMA_SHARED_BUFFER: no DMA-BUF MRs; peer memory is the only way"
+elif [[ $nvv == *"Open Kernel Module"* ]]; then
+	say INFO dma-buf "NVIDIA open kernel modules: DMA-BUF MRs (ibv_reg_dmabuf_mr; NCCL_DMABUF_ENABLE=1) work too; NVIDIA recommends them with the open driver"
+elif [ -n "$nvv" ]; then
+	say INFO dma-buf "NVIDIA's proprietary kernel modules: no DMA-BUF export of GPU memory; peer memory (peermem) is the way"
+else
+	say INFO dma-buf "kernel has DMA-BUF; no NVIDIA driver version readable (/proc/driver/nvidia/version)"
+fi
+
+# 11. Secure Boot and signatures
+sb=''
+f=$S/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
+if [ -r "$f" ]; then
+	b=$(od -An -tu1 -j4 -N1 "$f" 2>/dev/null | tr -d ' ')
+	case $b in 1) sb=on ;; 0) sb=off ;; esac
+elif [ -z "$root" ] && command -v mokutil >/dev/null 2>&1; then
+	case $(mokutil --sb-state 2>/dev/null) in *enabled*) sb=on ;; *disabled*) sb=off ;; esac
+fi
+enforce=$(rd "$S/module/module/parameters/sig_enforce")
+kos=$(find "$M" \( -name 'peermem.ko*' -o -name 'nvidia_peermem.ko*' \) 2>/dev/null)
+signed='' unsigned=''
+for k in $kos; do
+	if [ -n "$(modinfo -F signer "$k" 2>/dev/null)" ]; then signed+=" ${k#"$root"}"; else unsigned+=" ${k#"$root"}"; fi
+done
+if [ "$sb" = on ] || [ "$enforce" = Y ]; then
+	if [ -n "$unsigned" ]; then
+		say FAIL secure-boot "Secure Boot ${sb:-?} / sig_enforce ${enforce:-?}: unsigned:$unsigned will not load (Key was rejected by service): sign it with your MOK (docs/install.md, 'Secure Boot')"
+	elif [ -z "$kos" ]; then
+		say WARN secure-boot "Secure Boot on: no installed peermem module under /lib/modules/$rel to check; it must be signed with an enrolled key"
+	else
+		say PASS secure-boot "Secure Boot on; signed:$signed"
+	fi
+elif [ "$sb" = off ]; then
+	say PASS secure-boot "Secure Boot off: unsigned modules load${unsigned:+ (unsigned:$unsigned)}"
+else
+	say INFO secure-boot "Secure Boot state unknown (no EFI variables, not UEFI, or no mokutil)${unsigned:+; unsigned:$unsigned}"
+fi
+
+echo "doctor: $npass pass, $nwarn warn, $nfail fail (kernel $rel)"
+[ "$nfail" = 0 ]

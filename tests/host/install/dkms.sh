@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# shellcheck disable=SC2154,SC2012  # ok, notok, scratch: from run.sh; ls of known names
+# DKMS for real: Debian's dkms (scripts/setup-host.sh installs it) builds and
+# installs the drop-in against the rig kernel tree (KDIR), finding a stand-in
+# NVIDIA DKMS layout (/var/lib/dkms/nvidia/<ver>/build/Module.symvers, a copy
+# of gpusim's) in a temporary root given by PEERMEM_SYSROOT (the rig kernel
+# exports the peer-memory core itself); then, when tests/host/compat built
+# the 6.12 tree (no core), the default module for 6.12 with the core found in
+# a stand-in OFED DKMS tree and a stale ofa_kernel/default rejected; then
+# removes it all.
+# As root on the host: it adds /usr/src/peermem-<ver>, /var/lib/dkms/peermem,
+# /lib/modules/<rel>/updates/dkms/nvidia_peermem.ko and, when they do not
+# exist, /lib/modules/<rel>/build (a link to KDIR) and /lib/modules/<rel>;
+# the EXIT trap removes all of it, whatever happened. It refuses to run when
+# a peermem DKMS install is already on the host (not ours to remove).
+# Sourced by run.sh.
+
+dk_skip() { ok "dkms: $1 # SKIP $2"; }
+if [ "$(id -u)" != 0 ] || ! command -v dkms >/dev/null || [ -z "${KDIR:-}" ] ||
+	[ ! -f "$PEERMEM_ROOT/tests/gpusim/Module.symvers" ] || [ "${PEERMEM_SKIP_DKMS:-0}" = 1 ]; then
+	dk_skip "build, install, uninstall" "needs root, dkms, KDIR and a built tests/gpusim (or PEERMEM_SKIP_DKMS=1)"
+	return 0
+fi
+exec 9>/tmp/peermem-dkms-test.lock
+flock 9
+if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null; then
+	dk_skip "build, install, uninstall" "a peermem DKMS install exists on this host (/var/lib/dkms/peermem or /usr/src/peermem-*); not touching it"
+	exec 9>&-
+	return 0
+fi
+
+krel=$(cat "$KDIR/include/config/kernel.release")
+ver=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' "$PEERMEM_ROOT/include/peermem_ffi.h")
+made_moddir=0 made_build=0 k6rel='' made_moddir6=0 made_build6=0 made_lib=0
+[ -d /lib/modules ] || made_lib=1
+[ -d "/lib/modules/$krel" ] || made_moddir=1
+mok_before=$(ls /var/lib/dkms/mok.* 2>/dev/null)
+# dkms keeps make.log in build/ while building, in <rel>/<arch>/log/ after.
+dk_makelog() { ls "/var/lib/dkms/peermem/$ver/$krel/x86_64/log/make.log" "/var/lib/dkms/peermem/$ver/build/make.log" 2>/dev/null | head -n 1; }
+dk_cleanup() {
+	local l
+	l=$(dk_makelog)
+	[ -n "$l" ] && mkdir -p "$PEERMEM_CACHE/logs" && cp "$l" "$PEERMEM_CACHE/logs/dkms-make.log"
+	dkms remove "peermem/$ver" --all >/dev/null 2>&1
+	rm -rf /var/lib/dkms/peermem "/usr/src/peermem-$ver"
+	rm -f "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"*
+	[ -n "$mok_before" ] || rm -f /var/lib/dkms/mok.key /var/lib/dkms/mok.pub
+	[ "$made_build" = 1 ] && rm -f "/lib/modules/$krel/build"
+	if [ -n "$k6rel" ]; then
+		rm -f "/lib/modules/$k6rel/updates/dkms/peermem.ko"*
+		[ "$made_build6" = 1 ] && rm -f "/lib/modules/$k6rel/build"
+		[ "$made_moddir6" = 1 ] && rm -rf "/lib/modules/${k6rel:?}"
+	fi
+	if [ "$made_moddir" = 1 ]; then rm -rf "/lib/modules/${krel:?}"; fi
+	[ "$made_lib" = 1 ] && rmdir /lib/modules 2>/dev/null
+	rm -rf "$scratch"
+}
+trap 'dk_cleanup' EXIT
+mkdir -p "/lib/modules/$krel"
+if [ ! -e "/lib/modules/$krel/build" ]; then ln -s "$KDIR" "/lib/modules/$krel/build"; made_build=1; fi
+
+tr=$scratch/dkroot
+nvb=$tr/var/lib/dkms/nvidia/580.95/build
+mkdir -p "$nvb" "$tr/var/lib/dkms/nvidia/580.95/$krel/x86_64"
+cp "$PEERMEM_ROOT/tests/gpusim/Module.symvers" "$nvb/Module.symvers"
+ofd=$tr/usr/src/ofa_kernel-dkms/x86_64/$krel
+mkdir -p "$ofd" "$tr/usr/src/ofa_kernel/x86_64/6.8.0-old"
+grep -P '\tib_(un)?register_peer_memory_client\t' "$KDIR/Module.symvers" | sed 's/\tvmlinux\t/\tib_uverbs\t/' >"$ofd/Module.symvers"
+cp "$ofd/Module.symvers" "$tr/usr/src/ofa_kernel/x86_64/6.8.0-old/"
+ln -s x86_64/6.8.0-old "$tr/usr/src/ofa_kernel/default"
+
+t0=$(date +%s)
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d \
+	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --dropin --kernel "$krel" >"$scratch/dkms-install.log" 2>&1
+rc=$?
+t1=$(date +%s)
+log=$(dk_makelog)
+if [ "$rc" = 0 ] && dkms status "peermem/$ver" -k "$krel" 2>/dev/null | grep -q ': installed'; then
+	ok "dkms: make dkms-install DROPIN=1 builds and installs peermem/$ver for $krel ($((t1 - t0)) s)"
+else
+	notok "dkms: install for $krel (rc $rc)"
+	tail -n 25 "$scratch/dkms-install.log" | sed 's/^/#   /'
+	[ -f "$log" ] && grep -E 'peermem:|error' "$log" | head -n 10 | sed 's/^/#   /'
+	echo "#   (make.log kept as $PEERMEM_CACHE/logs/dkms-make.log)"
+fi
+ko=$(ls "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* 2>/dev/null | head -n 1)
+if [ -n "$ko" ] && [ "$(modinfo -F name "$ko")" = nvidia_peermem ] &&
+	[ "$(modinfo -F vermagic "$ko" | cut -d' ' -f1)" = "$krel" ] && [ "$(modinfo -F depends "$ko")" = gpusim ]; then
+	ok "dkms: the drop-in is in /lib/modules/$krel/updates/dkms (name nvidia_peermem, vermagic $krel, depends on the stand-in driver)"
+else
+	notok "dkms: installed module (${ko:-none}: name $(modinfo -F name "$ko" 2>/dev/null), depends $(modinfo -F depends "$ko" 2>/dev/null))"
+fi
+if grep -q "nvidia_p2p_\* from $nvb/Module.symvers" "$log" 2>/dev/null; then
+	ok "dkms: the build found the NVIDIA DKMS layout's Module.symvers (/var/lib/dkms/nvidia/<ver>/build of a version built for $krel)"
+else
+	notok "dkms: the build's NVIDIA symvers ($(grep -m1 'nvidia_p2p_\* from' "$log" 2>/dev/null))"
+fi
+junk=$(find "/usr/src/peermem-$ver" -name '*.o' -o -name '*.ko' -o -name '*.cmd' -o -name ffi_generated.rs 2>/dev/null)
+if [ -f "/usr/src/peermem-$ver/dkms.conf" ] && [ -f "/usr/src/peermem-$ver/rust/peermem.rs" ] && [ -z "$junk" ]; then
+	ok "dkms: /usr/src/peermem-$ver holds the sources and dkms.conf, no build outputs of the checkout"
+else notok "dkms: /usr/src/peermem-$ver: $(echo "$junk" | head -n 3)"; fi
+mp=$scratch/modprobe.d/peermem.conf
+if grep -qx 'softdep nvidia_peermem pre: nvidia ib_uverbs ib_core' "$mp" 2>/dev/null && grep -qx 'blacklist nvidia-peermem' "$mp"; then
+	ok "dkms: modprobe.d/peermem.conf has the softdep on the driver and OFED's core, and blacklists nvidia-peermem"
+else
+	notok "dkms: modprobe.d/peermem.conf: $(tr '\n' '|' <"$mp" 2>/dev/null)"
+fi
+# depmod: the DKMS copy wins over a precompiled/.run nvidia-peermem.ko in kernel/.
+if [ "$made_moddir" = 1 ] && [ -n "$ko" ]; then
+	mkdir -p "/lib/modules/$krel/kernel/nvidia-580"
+	printf 'static const char v[] __attribute__((section(".modinfo"),used)) = "description=stand-in for NVIDIA nvidia-peermem";\n' >"$scratch/np.c"
+	cc -c -o "/lib/modules/$krel/kernel/nvidia-580/nvidia-peermem.ko" "$scratch/np.c"
+	depmod "$krel" 2>/dev/null
+	got=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null)
+	if [ "$got" = "$ko" ]; then
+		ok "dkms: modprobe resolves nvidia_peermem to the DKMS drop-in, not to kernel/nvidia-580/nvidia-peermem.ko"
+	else notok "dkms: modprobe resolves nvidia_peermem to '$got', not $ko"; fi
+else
+	dk_skip "depmod priority over kernel/nvidia-*/nvidia-peermem.ko" "/lib/modules/$krel existed before the test"
+fi
+# A kernel without the peer-memory core (the 6.12 compile-check tree, when
+# tests/host/compat built it): the default build, with the core found in an
+# old-style OFED DKMS tree for that kernel, a stale `default` rejected.
+k6=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver 6.12 --print-kdir 2>/dev/null | tail -n 1)
+if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kernel.release" ]; then
+	k6rel=$(cat "$k6/include/config/kernel.release")
+	[ -d "/lib/modules/$k6rel" ] || made_moddir6=1
+	mkdir -p "/lib/modules/$k6rel"
+	if [ ! -e "/lib/modules/$k6rel/build" ]; then ln -s "$k6" "/lib/modules/$k6rel/build"; made_build6=1; fi
+	mkdir -p "$tr/var/lib/dkms/nvidia/580.95/$k6rel/x86_64" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build" \
+		"$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/$k6rel/x86_64"
+	cp "$ofd/Module.symvers" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build/Module.symvers"
+	rm -rf "$tr/usr/src/ofa_kernel-dkms"
+	t0=$(date +%s)
+	PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d \
+		bash "$PEERMEM_ROOT/scripts/dkms.sh" install --kernel "$k6rel" >"$scratch/dkms-install6.log" 2>&1
+	rc=$?
+	t1=$(date +%s)
+	ko6=$(ls "/lib/modules/$k6rel/updates/dkms/peermem.ko"* 2>/dev/null | head -n 1)
+	log6=$(ls "/var/lib/dkms/peermem/$ver/$k6rel/x86_64/log/make.log" 2>/dev/null)
+	if [ "$rc" = 0 ] && [ -n "$ko6" ] && [ "$(modinfo -F vermagic "$ko6" | cut -d' ' -f1)" = "$k6rel" ] &&
+		[ "$(modinfo -F depends "$ko6" | tr ',' '\n' | sort | tr '\n' ' ')" = "gpusim ib_uverbs " ]; then
+		ok "dkms: $k6rel (no core in the kernel): peermem.ko built and installed against the stand-in OFED's ib_uverbs and NVIDIA layouts ($((t1 - t0)) s)"
+	else
+		notok "dkms: $k6rel build (rc $rc; ko ${ko6:-none}, depends $(modinfo -F depends "$ko6" 2>/dev/null))"
+		tail -n 15 "$scratch/dkms-install6.log" | sed 's/^/#   /'
+	fi
+	if grep -q "ib_register_peer_memory_client from $tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build/Module.symvers (exported by ib_uverbs)" "$log6" 2>/dev/null &&
+		grep -q "not using $tr/usr/src/ofa_kernel/default: it points at .*6.8.0-old" "$log6"; then
+		ok "dkms: $k6rel: the build took the OFED DKMS tree dkms built for $k6rel and rejected the stale ofa_kernel/default"
+	else
+		notok "dkms: $k6rel OFED discovery: $(grep -m3 'peermem:' "$log6" 2>/dev/null | tr '\n' '|')"
+	fi
+else
+	dk_skip "a build for a kernel without the core (6.12)" "no 6.12 compile-check tree (tests/host/compat builds it)"
+	dk_skip "OFED discovery in a DKMS build" "no 6.12 compile-check tree"
+fi
+PEERMEM_MODPROBE_D=$scratch/modprobe.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >"$scratch/dkms-uninstall.log" 2>&1; rc1=$?
+PEERMEM_MODPROBE_D=$scratch/modprobe.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-uninstall.log" 2>&1; rc2=$?
+left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* ${k6rel:+"/lib/modules/$k6rel/updates/dkms/peermem.ko"*} "$mp" 2>/dev/null)
+if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ -z "$left" ]; then
+	ok "dkms: make dkms-uninstall removes it all (and a second uninstall is a no-op)"
+else
+	notok "dkms: uninstall (rc $rc1/$rc2; left: $left)"
+	tail -n 10 "$scratch/dkms-uninstall.log" | sed 's/^/#   /'
+fi
+dk_cleanup
+trap 'rm -rf "$scratch"' EXIT
+left=$(ls -d /var/lib/dkms/peermem "/usr/src/peermem-$ver" 2>/dev/null; [ "$made_moddir" = 1 ] && ls -d "/lib/modules/$krel" 2>/dev/null; [ "$made_moddir6" = 1 ] && ls -d "/lib/modules/$k6rel" 2>/dev/null)
+if [ -z "$left" ]; then ok "dkms: nothing left on the host (/var/lib/dkms/peermem, /usr/src/peermem-$ver$([ "$made_moddir" = 1 ] && echo ", /lib/modules/$krel")$([ "$made_moddir6" = 1 ] && echo ", /lib/modules/$k6rel"))"
+else notok "dkms: left behind: $left"; fi
+scratch=$(mktemp -d /tmp/peermem-install-test.XXXXXX)
+exec 9>&-
