@@ -341,6 +341,10 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         ENABLED.store(false, Ordering::Relaxed);
+        // No file is open (each holds a module reference) and, once the
+        // registration (a field) is gone, none can be: free the slot table.
+        let slots = core::mem::replace(&mut *SLOTS.lock(), KVec::new());
+        drop(slots);
     }
 }
 
