@@ -134,7 +134,7 @@ static void test_device(struct chan *ch)
 	struct peermem_event ev[2];
 	struct stat st = { 0 };
 	void *p;
-	int r;
+	int r, rw;
 
 	ok(stat(PEERMEM_DEVICE_PATH, &st) == 0 && S_ISCHR(st.st_mode) &&
 	   (st.st_mode & 0777) == 0666 && st.st_uid == 0,
@@ -150,10 +150,26 @@ static void test_device(struct chan *ch)
 	   ch->pg->version, ch->pg->event_size, sizeof(struct peermem_event), ch->pg->queue_len,
 	   gen_of(ch->pg));
 	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ch->fd, 0);
-	ok(p == MAP_FAILED && errno == EPERM, "mmap with PROT_WRITE is refused with EPERM (%s)",
-	   p == MAP_FAILED ? strerror(errno) : "mapped");
+	r = p == MAP_FAILED ? errno : 0;
+	ok(r == EACCES, "mmap with PROT_WRITE of an O_RDONLY fd is refused with EACCES (%s)",
+	   r ? strerror(r) : "mapped");
 	if (p != MAP_FAILED)
 		munmap(p, 4096);
+	rw = open(PEERMEM_DEVICE_PATH, O_RDWR);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+	r = p == MAP_FAILED ? errno : 0;
+	ok(rw >= 0 && r == EPERM, "mmap with PROT_WRITE of an O_RDWR fd is refused by peermem with EPERM (%s)",
+	   r ? strerror(r) : "mapped");
+	if (p != MAP_FAILED)
+		munmap(p, 4096);
+	p = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, rw, 0);
+	r = p == MAP_FAILED ? errno : 0;
+	ok(r == 0 && mprotect(p, 4096, PROT_READ | PROT_WRITE) == -1 && errno == EACCES,
+	   "a MAP_PRIVATE read-only mapping of an O_RDWR fd cannot be made writable (mprotect: EACCES; mmap %s)",
+	   r ? strerror(r) : "ok");
+	if (p != MAP_FAILED)
+		munmap(p, 4096);
+	close(rw);
 	errno = 0;
 	ok(mprotect(ch->pg, 4096, PROT_READ | PROT_WRITE) == -1 && errno == EACCES,
 	   "mprotect of the page to PROT_WRITE is refused with EACCES (%s)", strerror(errno));
