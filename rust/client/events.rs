@@ -118,7 +118,10 @@ impl Record {
                 Kind::Persistent => super::params::NC_SUFFIX.as_bytes(),
             };
             let dst = &mut b[off::CLIENT..off::CLIENT + uapi::CLIENT_NAME_LEN - 1];
-            for (d, s) in dst.iter_mut().zip(Iterator::chain(name.iter(), suffix.iter())) {
+            for (d, s) in dst
+                .iter_mut()
+                .zip(Iterator::chain(name.iter(), suffix.iter()))
+            {
                 *d = *s;
             }
         }
@@ -258,7 +261,10 @@ impl MiscDevice for Watcher {
             let mut g = SLOTS.lock();
             let slot = g
                 .iter_mut()
-                .find(|s| s.as_ref().is_some_and(|s| core::ptr::eq(&*s.watcher, &*this)))
+                .find(|s| {
+                    s.as_ref()
+                        .is_some_and(|s| core::ptr::eq(&*s.watcher, &*this))
+                })
                 .and_then(|s| s.take());
             if slot.is_some() {
                 OPEN.fetch_sub(1, Ordering::Relaxed);
@@ -343,7 +349,7 @@ impl Drop for Device {
         ENABLED.store(false, Ordering::Relaxed);
         // No file is open (each holds a module reference) and, once the
         // registration (a field) is gone, none can be: free the slot table.
-        let slots = core::mem::replace(&mut *SLOTS.lock(), KVec::new());
+        let slots = core::mem::take(&mut *SLOTS.lock());
         drop(slots);
     }
 }
@@ -412,9 +418,12 @@ impl Tag {
 
     /// The core took the registration (`get_pages` gave it its ticket).
     pub(crate) fn arm(&self) {
-        let _ = self
-            .state
-            .compare_exchange(Self::IDLE, Self::ARMED, Ordering::Relaxed, Ordering::Relaxed);
+        let _ = self.state.compare_exchange(
+            Self::IDLE,
+            Self::ARMED,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// The core is giving the registration back (`put_pages`, `release`).
@@ -429,7 +438,12 @@ impl Tag {
         let Some(owner) = &self.owner else { return };
         if self
             .state
-            .compare_exchange(Self::ARMED, Self::DONE, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(
+                Self::ARMED,
+                Self::DONE,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
             .is_ok()
         {
             report(owner, client, start, length, cause);

@@ -10,10 +10,10 @@
 
 use super::mm::SharedPage;
 use super::{c_char, c_void, raw};
+use core::ffi::CStr;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use kernel::error::{code, to_result, Error, Result};
-use core::ffi::CStr;
 use kernel::sync::{Arc, ArcBorrow};
 
 /// What a device's open files are and do. Each open file is one `Arc<Self>`.
@@ -81,7 +81,8 @@ impl<T: MiscDevice> MiscDeviceRegistration<T> {
         // SAFETY: `name` and `ops` are static; the trampolines are this
         // module's code, which stays loaded while a file is open (the file
         // operations hold a module reference) or the device is registered.
-        let p = unsafe { raw::peermem_misc_register(name.as_ptr().cast(), ops) };
+        let p =
+            unsafe { raw::peermem_misc_register(name.to_bytes_with_nul().as_ptr().cast(), ops) };
         let v = p as isize;
         if (-4095..0).contains(&v) {
             return Err(Error::from_errno(v as i32));
@@ -103,7 +104,7 @@ impl<T: MiscDevice> Drop for MiscDeviceRegistration<T> {
 }
 
 /// `open`: a new file object, as a raw `Arc`, or an `ERR_PTR`.
-unsafe extern "C" fn open<T: MiscDevice>() -> *const c_void {
+extern "C" fn open<T: MiscDevice>() -> *const c_void {
     match T::open() {
         Ok(obj) => Arc::into_raw(obj).cast(),
         Err(e) => e.to_errno() as isize as *const c_void,
@@ -145,11 +146,7 @@ unsafe extern "C" fn read<T: MiscDevice>(
     // SAFETY: the caller's guarantee.
     let this = unsafe { borrow::<T>(obj) };
     // INVARIANT: the user buffer of this read() call.
-    let mut out = UserWriter {
-        buf,
-        len,
-        pos: 0,
-    };
+    let mut out = UserWriter { buf, len, pos: 0 };
     match T::read(&this, &mut out) {
         Ok(n) => n as isize,
         Err(e) => e.to_errno() as isize,
@@ -172,7 +169,9 @@ unsafe extern "C" fn readable<T: MiscDevice>(obj: *const c_void) -> bool {
 /// # Safety
 ///
 /// As [`borrow`].
-unsafe extern "C" fn waitq<T: MiscDevice>(obj: *const c_void) -> *mut kernel::bindings::wait_queue_head {
+unsafe extern "C" fn waitq<T: MiscDevice>(
+    obj: *const c_void,
+) -> *mut kernel::bindings::wait_queue_head {
     // SAFETY: the caller's guarantee.
     let this = unsafe { borrow::<T>(obj) };
     T::wait_queue(&this).wq.as_ptr()

@@ -45,11 +45,9 @@ pub(crate) mod cbref;
 pub(crate) mod debugfs;
 pub(crate) mod delay;
 pub(crate) mod device;
-// The revocation event channel (/dev/peermem).
 pub(crate) mod global_lock;
 pub(crate) mod miscdev;
 pub(crate) mod mm;
-pub(crate) mod uapi;
 pub(crate) mod mmu_notifier;
 pub(crate) mod module_param;
 pub(crate) mod nvidia_p2p;
@@ -58,6 +56,7 @@ pub(crate) mod peer_mem;
 pub(crate) mod print;
 pub(crate) mod scatterlist;
 pub(crate) mod sync;
+pub(crate) mod uapi;
 
 #[allow(
     clippy::all,
