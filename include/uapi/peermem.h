@@ -7,9 +7,10 @@
  * GPU memory registrations (the GPU memory was freed, or the process
  * unmapped or moved the registered range). The open file is bound to the
  * opener's address space (its mm): only revocations of registrations made
- * by that address space are reported, and read(), poll() and mmap() from
- * any other address space (a forked child, a process the fd was passed
- * to, the opener after execve) fail with EPERM.
+ * by that address space are reported, and read() and mmap() from any
+ * other address space (a forked child, a process the fd was passed to,
+ * the opener after execve) fail with EPERM (poll() there reports POLLIN,
+ * so that a waiter gets the error from read()).
  *
  * 1. The generation page. mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0)
  *    maps one read-only page laid out as struct peermem_gen_page. Its

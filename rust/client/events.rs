@@ -10,9 +10,9 @@
 //! An open file is a [`Watcher`] bound to the opener's address space (an
 //! [`MmRef`]); a registration remembers the address space that made it
 //! ([`Tag`]). A revocation goes to every watcher of that address space and
-//! to no other; `read`, `poll` and `mmap` from any other address space fail
-//! with `EPERM` (a forked child, a process the file was passed to, the
-//! opener after `execve`). Both hold `mmgrab` references, so an address
+//! to no other; `read` and `mmap` from any other address space fail with
+//! `EPERM` (a forked child, a process the file was passed to, the opener
+//! after `execve`; `poll` there reports readable, so `read` says why). Both hold `mmgrab` references, so an address
 //! space's key cannot be reused by another while either exists.
 //!
 //! # When and in which order
