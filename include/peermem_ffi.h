@@ -21,6 +21,7 @@
 
 #include "peer_mem_abi.h"
 #include "nv_p2p_abi.h"
+#include "peermem_miscdev.h"
 
 /*
  * peermem's version: MODULE_VERSION and the version string of the
@@ -114,6 +115,17 @@ typedef void (*peermem_watch_changed_t)(const void *ref);
 
 /* Once at load, before any watch: the callbacks and the work queue (-ENOMEM). */
 int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t changed);
+/*
+ * Revocation events: fired(reg, how) is called from the notifier itself,
+ * synchronously, once per watch, just before its work item is queued:
+ * possibly not allowed to sleep, so it may neither sleep nor allocate.
+ * how: PEERMEM_WATCH_UNMAPPED (munmap, mmap(MAP_FIXED) over the range,
+ * any other unmap) or PEERMEM_WATCH_MOVED (the unmapping thread is in
+ * mremap). Set once at load, before any watch starts; NULL: not called.
+ */
+enum peermem_watch_how { PEERMEM_WATCH_UNMAPPED = 0, PEERMEM_WATCH_MOVED = 1 };
+typedef void (*peermem_watch_fired_t)(const void *reg, unsigned int how);
+void peermem_watch_set_fired(peermem_watch_fired_t fired);
 /* At unload, after every watch was stopped: runs the queued work items. */
 void peermem_watch_teardown(void);
 /* Whether watches are made (CONFIG_MMU_NOTIFIER and the mmu_notifier parameter). */

@@ -25,6 +25,9 @@
 #include <linux/wait_bit.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
+#include <linux/compat.h>
+#include <asm/syscall.h>
+#include <asm/unistd.h>
 
 #include "peermem_ffi.h"
 
@@ -175,6 +178,12 @@ struct peermem_watch {
 static struct workqueue_struct *peermem_wq;
 static peermem_watch_hold_t peermem_watch_hold;
 static peermem_watch_changed_t peermem_watch_changed;
+static peermem_watch_fired_t peermem_watch_fired;	/* revocation events */
+
+void peermem_watch_set_fired(peermem_watch_fired_t fired)
+{
+	peermem_watch_fired = fired;
+}
 
 int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t changed)
 {
@@ -207,6 +216,22 @@ static void peermem_watch_work(struct work_struct *work)
 }
 
 /*
+ * Revocation events: mremap unmaps the old range with the same
+ * MMU_NOTIFY_UNMAP as munmap and mmap(MAP_FIXED), so tell them apart by
+ * the system call of the thread doing it (the notifier runs in that
+ * thread). Anything else is an unmap.
+ */
+static unsigned int peermem_unmap_how(const struct mmu_notifier_range *range)
+{
+	if ((current->flags & PF_KTHREAD) || current->mm != range->mm ||
+	    in_compat_syscall())
+		return PEERMEM_WATCH_UNMAPPED;
+	if (syscall_get_nr(current, task_pt_regs(current)) == __NR_mremap)
+		return PEERMEM_WATCH_MOVED;
+	return PEERMEM_WATCH_UNMAPPED;
+}
+
+/*
  * Called with the mm's invalidation in progress, possibly not allowed to
  * sleep: queue the work and return. Only an unmap (munmap, the old range
  * of mremap, MAP_FIXED over it) changes what the addresses mean; a
@@ -227,6 +252,9 @@ static bool peermem_watch_invalidate(struct mmu_interval_notifier *mni,
 		return true;
 	if (test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags))
 		return true;
+	/* Revocation events: before the work item, so before the invalidate. */
+	if (peermem_watch_fired)
+		peermem_watch_fired(w->reg, peermem_unmap_how(range));
 	w->work_ref = peermem_watch_hold(w->reg);
 	queue_work(peermem_wq, &w->work);
 	return true;

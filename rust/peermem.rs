@@ -63,6 +63,8 @@ module! {
 /// The module. `Drop` takes the parts down in the order unload needs
 /// (see there).
 struct PeerMem {
+    /// `/dev/peermem` (revocation events), unless `events=0`.
+    events: Option<client::events::Device>,
     /// The non-invalidating client (`nv_mem_nc`), unless `enable_nc=0`.
     core_nc: Option<CoreClient<NvMemNc>>,
     /// The invalidating client (`nv_mem`), unless `enable_invalidate=0`.
@@ -95,6 +97,9 @@ impl kernel::Module for PeerMem {
                 None
             }
         };
+        // Before the core can call acquire: registrations remember their
+        // address space for revocation events only once it exists.
+        let events = create_events_device()?;
         // Before the core can call acquire, which starts watches.
         let watches = Watches::<Registration>::setup().inspect_err(|_| {
             pr_err!("out of memory creating peermem's work queue; try loading it again\n");
@@ -139,6 +144,7 @@ impl kernel::Module for PeerMem {
             None => pr_info!("enable_nc=0: no non-invalidating client; queue buffers and doorbell pages on GPU memory cannot be registered (EFAULT)\n"),
         }
         Ok(Self {
+            events,
             core_nc,
             core,
             watches: Some(watches),
@@ -162,6 +168,8 @@ impl Drop for PeerMem {
                 live
             );
         }
+        // No new opens; open files hold a module reference, so none is left.
+        drop(self.events.take());
         // Each sleeps until the core released every registration of that
         // client (which stops every address watch).
         drop(self.core_nc.take());
@@ -191,6 +199,31 @@ impl Drop for PeerMem {
             (false, None) => pr_info!("unloaded\n"),
         }
     }
+}
+
+/// `/dev/peermem` (revocation events) unless `events=0`.
+fn create_events_device() -> Result<Option<client::events::Device>> {
+    use client::events::{Device, QUEUE_LEN_MAX, QUEUE_LEN_MIN};
+    if !kapi::uapi::params::events() {
+        pr_info!("events=0: no /dev/peermem; applications learn of revoked registrations only from failing RDMA\n");
+        return Ok(None);
+    }
+    let qlen = kapi::uapi::params::event_queue_len();
+    if !(QUEUE_LEN_MIN..=QUEUE_LEN_MAX).contains(&qlen) {
+        pr_err!(
+            "event_queue_len={} is out of range; load peermem with a value from {} to {}\n",
+            qlen,
+            QUEUE_LEN_MIN,
+            QUEUE_LEN_MAX
+        );
+        return Err(EINVAL);
+    }
+    Device::register(qlen).map(Some).inspect_err(|e| {
+        pr_err!(
+            "cannot create /dev/peermem (error {}); another module may own the name: unload it, or load peermem with events=0\n",
+            e.to_errno()
+        );
+    })
 }
 
 /// `/sys/kernel/debug/peermem/`: a read-only file per counter of the

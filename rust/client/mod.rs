@@ -76,7 +76,7 @@
 //! lock. See `docs/module.md`, "Locking".
 
 use crate::kapi::device::DmaDevice;
-use crate::kapi::mmu_notifier::AddressChange;
+use crate::kapi::mmu_notifier::{AddressChange, Unmapping};
 use crate::kapi::nvidia_p2p::FreeCallback;
 use crate::kapi::peer_mem::{ClientSlot, Invalidation, PeerMemoryClient, Ticket};
 use crate::kapi::scatterlist::SgView;
@@ -84,6 +84,7 @@ use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow};
 
 mod checks;
+pub(crate) mod events;
 pub(crate) mod inject;
 pub(crate) mod params;
 pub(crate) mod range;
@@ -187,5 +188,9 @@ impl FreeCallback for Registration {
 impl AddressChange for Registration {
     fn changed(this: Arc<Self>) {
         registration::address_changed(this)
+    }
+
+    fn unmapping(this: &Self, how: Unmapping) {
+        registration::address_unmapping(this, how.into())
     }
 }

@@ -4,6 +4,7 @@
 //! the module documentation of `crate::client`).
 
 use super::checks::{check_dma_mapping, check_page_table, map_pci};
+use super::events;
 use super::range::{GpuRange, GPU_PAGE_SIZE};
 use super::stats::{Stats, STATS};
 use super::{inject, Kind};
@@ -94,6 +95,8 @@ pub(crate) struct Registration {
     /// Signalled when `dma_map` ends `Phase::Mapping`.
     #[pin]
     mapping_done: CondVar,
+    /// Revocation events: the registering address space, reported once.
+    events: events::Tag,
     /// Last: fields drop in declaration order, and module unload waits
     /// until this count drops; everything before (the watch's and
     /// `inner`'s drops: module code) must have run by then.
@@ -168,6 +171,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
             ),
             invalidated <- new_condvar!("peermem_registration_invalidated"),
             mapping_done <- new_condvar!("peermem_registration_mapping_done"),
+            events: events::Tag::current(),
             _live: Live::new(stats),
         }),
         GFP_KERNEL,
@@ -301,6 +305,8 @@ pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: Ticket
     match g.phase {
         Phase::Pinned(_) if g.ticket.is_none() => {
             g.ticket = Some(ticket);
+            // Revocation events: from now on a revocation is reported.
+            reg.events.arm();
             Ok(())
         }
         Phase::Freed => {
@@ -460,6 +466,7 @@ pub(crate) fn dma_unmap(reg: &Registration, sgl: usize) {
 
 /// `put_pages`: unpin (unless the GPU memory was freed meanwhile).
 pub(crate) fn put_pages(reg: &Registration) {
+    reg.events.disarm();
     reg.unpin();
 }
 
@@ -471,6 +478,7 @@ pub(crate) fn page_size(_reg: &Registration) -> u64 {
 
 /// `release`: the core is done with the registration; `reg` is its reference.
 pub(crate) fn release(reg: Arc<Registration>) {
+    reg.events.disarm();
     // The notifier takes references until stopped: before the core's goes.
     reg.stop_watch();
     // A free callback or an address change may still be inside the core's
@@ -536,10 +544,12 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
             Phase::Pinned(pt) => {
                 count_unpinned(stats, pt.entries());
                 pt.give_to_driver();
+                revoke_event(&reg, events::Cause::GpuFree);
                 (g.begin_invalidate(), None)
             }
             Phase::Mapped(mapped) => {
                 count_unpinned(stats, mapped.table().entries());
+                revoke_event(&reg, events::Cause::GpuFree);
                 // Given to the driver after the core's invalidate, below:
                 // the table is valid until this callback returns.
                 (g.begin_invalidate(), Some(mapped))
@@ -585,6 +595,19 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     }
     inject::DELAY_FREE_CALLBACK_MS.delay();
     drop(reg);
+}
+
+/// Revocation events: `reg` is being revoked for `cause` (before the
+/// core's invalidate; allocates nothing, takes only the event spinlock).
+fn revoke_event(reg: &Registration, cause: events::Cause) {
+    reg.events
+        .revoked(reg.kind, reg.range.addr(), reg.range.len(), cause);
+}
+
+/// The address watch's notifier is firing for `reg` (may not sleep): the
+/// work item that revokes it follows ([`address_changed`]).
+pub(crate) fn address_unmapping(reg: &Registration, cause: events::Cause) {
+    revoke_event(reg, cause);
 }
 
 /// The process unmapped or moved the registered range (from the address

@@ -16,6 +16,21 @@ pub(crate) trait AddressChange: Send + Sync + Sized + 'static {
     /// The watched range was unmapped or moved (from a work item, process
     /// context, no lock held); `this` is the work item's reference.
     fn changed(this: Arc<Self>);
+
+    /// The watched range is being unmapped (`how`), from the notifier
+    /// itself, before the work item that calls [`AddressChange::changed`]
+    /// is queued: possibly in a context that must not sleep, so this must
+    /// neither sleep nor allocate. Once per watch. Default: nothing.
+    fn unmapping(_this: &Self, _how: Unmapping) {}
+}
+
+/// How a watched range stopped meaning what it meant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unmapping {
+    /// `munmap`, `mmap(MAP_FIXED)` over it, any other unmap.
+    Unmapped,
+    /// The unmapping thread is in `mremap` (the range moved).
+    Moved,
 }
 
 /// The work queue and callbacks of the [`AddressWatch`]es of owners `T`;
@@ -33,6 +48,9 @@ impl<T: AddressChange> Watches<T> {
         // SAFETY: both functions stay valid until `drop`, which runs the
         // queued work items before the module can go.
         to_result(unsafe { raw::peermem_watch_setup(Some(hold::<T>), Some(changed::<T>)) })?;
+        // SAFETY: as above; set before any watch starts (none can exist
+        // before `setup`, which the owner calls first).
+        unsafe { raw::peermem_watch_set_fired(Some(fired::<T>)) };
         // INVARIANT: set up with `T`'s trampolines.
         Ok(Self(PhantomData))
     }
@@ -66,6 +84,23 @@ unsafe extern "C" fn hold<T: AddressChange>(owner: *const super::c_void) -> *con
     // function's safety requirements), for the duration of this call.
     let borrowed = unsafe { ArcBorrow::from_raw(owner.cast::<T>()) };
     Arc::into_raw(Arc::from(borrowed)).cast()
+}
+
+/// The notifier fired for the watch of `owner` (see [`AddressChange::unmapping`]).
+///
+/// # Safety
+///
+/// As for [`hold`]: `owner` is the watch's owner, alive while the notifier runs.
+unsafe extern "C" fn fired<T: AddressChange>(owner: *const super::c_void, how: super::c_uint) {
+    // SAFETY: `owner` points to a live `T` inside an `Arc` (by the
+    // function's safety requirements), for the duration of this call.
+    let borrowed = unsafe { ArcBorrow::<T>::from_raw(owner.cast::<T>()) };
+    let how = if how == raw::peermem_watch_how_PEERMEM_WATCH_MOVED {
+        Unmapping::Moved
+    } else {
+        Unmapping::Unmapped
+    };
+    T::unmapping(&borrowed, how);
 }
 
 /// The work item: the watched range changed; `r` is the reference `hold` took.

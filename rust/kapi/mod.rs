@@ -33,6 +33,10 @@
 //! | [`module_param`] | module parameters                         | `kernel::module_param` (6.18) |
 //! | [`delay`], [`print`] | `msleep`, rate-limited messages       | `kernel::time::delay`, none |
 //! | [`sync`]         | lock and condition variable               | `kernel::sync` |
+//! | [`miscdev`]      | misc character device, its files          | `kernel::miscdevice` (6.13) |
+//! | [`mm`]           | address-space keys, a page shared with users | `kernel::mm` (6.14), `kernel::page` |
+//! | [`global_lock`]  | a `static` under the C glue's spinlock    | `kernel::sync::global_lock!` (6.16) |
+//! | [`uapi`]         | `include/uapi/peermem.h`                  | none |
 
 use core::ffi::CStr;
 use kernel::error::{to_result, Error, Result};
@@ -41,6 +45,9 @@ pub(crate) mod cbref;
 pub(crate) mod debugfs;
 pub(crate) mod delay;
 pub(crate) mod device;
+pub(crate) mod global_lock;
+pub(crate) mod miscdev;
+pub(crate) mod mm;
 pub(crate) mod mmu_notifier;
 pub(crate) mod module_param;
 pub(crate) mod nvidia_p2p;
@@ -49,6 +56,7 @@ pub(crate) mod peer_mem;
 pub(crate) mod print;
 pub(crate) mod scatterlist;
 pub(crate) mod sync;
+pub(crate) mod uapi;
 
 #[allow(
     clippy::all,
@@ -73,9 +81,9 @@ mod raw {
 // The C types of the generated bindings: the kernel's `ffi` crate from 6.13
 // on (c_char is u8, c_ulong usize), `core::ffi` before.
 #[cfg(not(peermem_ffi_crate))]
-use core::ffi::{c_char, c_int, c_ulong, c_void};
+use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 #[cfg(peermem_ffi_crate)]
-use kernel::ffi::{c_char, c_int, c_ulong, c_void};
+use kernel::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 
 /// peermem's version (`PEERMEM_VERSION` in `include/peermem_ffi.h`).
 pub(crate) const VERSION: &str = {

@@ -41,6 +41,7 @@
 
 #include "../guest/peermem/peermem_test.h"
 #include "../gpusim/testclient/gpusim_testclient.h"
+#include "../../include/uapi/peermem.h"
 
 enum { S_PM, S_NV, S_FLOOR, NSIDES, S_HOST = NSIDES };
 /* "host": a reference, measured in the floor's turn (no peer memory at all). */
@@ -57,7 +58,7 @@ static const char *const side_def[2] = { "peermem.ko", "tests/nvpeermem/nvidia-p
 #define SG_LEN (64 * MIB)		/* scatter entries: per registration */
 #define MAXS 4096			/* samples per series */
 
-static int rounds = 10, tap_mode, smoke;
+static int rounds = 10, tap_mode, smoke, events_only;
 /* --profile: only N reg+dereg of BYTES on SIDE, for a profiler around the run. */
 static int prof_side = -1, prof_n, prof_threads = 1;
 static size_t prof_len;
@@ -369,6 +370,56 @@ static void fig_free(int s, int round, int n)
 	for (int i = 0; i < n; i++)
 		dereg_or_bail(s, &r[i]);
 	gmem_drop(&g);
+}
+
+/*
+ * What revocation events cost (issue 13), peermem only: GPU free of a 4
+ * MiB allocation under 64 live MRs (one per GPU page), with /dev/peermem
+ * open in this process (every free callback then bumps the counter and
+ * queues a record before it invalidates) and closed (one atomic load per
+ * revocation), in alternating order within the same round. The sample is
+ * the GPUSIM_IOC_FREE call, inside which the 64 free callbacks run (each
+ * invalidates through the core); the ratio open / closed is the cost.
+ */
+static void fig_free_events(int round)
+{
+	struct reg r[NFREE_MRS];
+	struct peermem_event ev[NFREE_MRS + 1];
+	struct gmem g;
+	double t0, t1;
+
+	for (int k = 0; k < 2; k++) {
+		int open_ch = k ^ (round & 1), efd = -1;
+		const struct peermem_gen_page *pg = NULL;
+		ssize_t n;
+
+		if (open_ch) {
+			efd = open(PEERMEM_DEVICE_PATH, O_RDONLY | O_NONBLOCK);
+			pg = efd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, efd, 0);
+			if (pg == MAP_FAILED)
+				bail("cannot open and map %s: %s", PEERMEM_DEVICE_PATH, strerror(errno));
+		}
+		galloc(&g, FREE_LEN, "2097152");
+		for (int i = 0; i < NFREE_MRS; i++)
+			reg_or_bail(S_PM, g.p + i * SLICE, SLICE, &r[i]);
+		t0 = now_s();
+		if (gmem_free(gfd, &g))
+			bail("GPUSIM_IOC_FREE: %s", strerror(errno));
+		t1 = now_s();
+		if (open_ch) {
+			n = read(efd, ev, sizeof(ev));
+			if (__atomic_load_n(&pg->generation, __ATOMIC_ACQUIRE) != NFREE_MRS ||
+			    n != NFREE_MRS * (ssize_t)sizeof(ev[0]))
+				bail("events: %d MRs freed, generation %llu and %zd bytes of records",
+				     NFREE_MRS, (unsigned long long)pg->generation, n);
+			munmap((void *)pg, 4096);
+			close(efd);
+		}
+		sample(open_ch ? "free_events_open_s" : "free_events_closed_s", "64", S_PM, round, t1 - t0);
+		for (int i = 0; i < NFREE_MRS; i++)
+			dereg_or_bail(S_PM, &r[i]);
+		gmem_drop(&g);
+	}
 }
 
 /*
@@ -694,6 +745,8 @@ static void run_side(int s, int round)
 	fig_free(s, round, 1);
 	fig_free(s, round, NFREE_MRS);
 	fig_munmap(s, round);
+	if (s == S_PM)
+		fig_free_events(round);
 	fig_threads(s, round);
 	/*
 	 * Many small registrations, so that what they hold outgrows what the
@@ -727,6 +780,8 @@ int main(int argc, char **argv)
 			large = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--smoke"))
 			smoke = 1;
+		else if (!strcmp(argv[i], "--events-only"))
+			events_only = 1;
 		else if (!strcmp(argv[i], "--tap"))
 			tap_mode = 1;
 		else if (!strcmp(argv[i], "--profile") && i + 3 < argc) {
@@ -739,7 +794,7 @@ int main(int argc, char **argv)
 			if (prof_side == NSIDES || prof_len % GPU_PAGE || !prof_len || prof_n < 1)
 				bail("--profile SIDE BYTES N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
 		} else
-			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--profile SIDE BYTES N]");
+			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--profile SIDE BYTES N]");
 	}
 	if (rounds < 1 || rounds > 1000)
 		bail("--rounds must be 1..1000");
@@ -761,7 +816,7 @@ int main(int argc, char **argv)
 		bail("cannot unload gpusim_testclient (to reload it for %s)", dev);
 	snprintf(args, sizeof(args), "peer=%s", dev);
 	insmod("TESTCLIENT_KO", "tests/gpusim/testclient/gpusim_testclient.ko", args);
-	for (int s = 0; s < 2; s++)	/* all there before the first round */
+	for (int s = 0; s < (events_only ? 1 : 2); s++)	/* all there before the first round */
 		ko_path(side_env[s], side_def[s], ko, sizeof(ko));
 	gs_defaults();
 	snprintf(buf, sizeof(buf), "%zu", large + 64 * MIB);
@@ -852,7 +907,13 @@ int main(int argc, char **argv)
 	diag("%d rounds; sides in a rotating order; %zu MiB the large size; DMA device %s",
 	     rounds, large / MIB, dev);
 
-	for (int round = 0; round < rounds; round++) {
+	for (int round = 0; round < rounds && events_only; round++) {
+		/* --events-only: the revocation events' cost alone (peermem). */
+		if (round == 0)
+			use_side(S_PM);
+		fig_free_events(round);
+	}
+	for (int round = 0; round < rounds && !events_only; round++) {
 		for (int k = 0; k < NSIDES; k++) {
 			int s = (round + k) % NSIDES;
 

@@ -34,6 +34,8 @@ FIGURES = [
     ("free_ioctl_s", "1", "  of which GPUSIM_IOC_FREE itself, 1 MR", "s", "low"),
     ("free_ioctl_s", "64", "  of which GPUSIM_IOC_FREE itself, 64 MRs", "s", "low"),
     ("munmap_revoke_s", "1", "munmap -> MR revoked", "s", "low"),
+    ("free_events_closed_s", "64", "GPUSIM_IOC_FREE, 64 MRs, /dev/peermem closed", "s", "low"),
+    ("free_events_open_s", "64", "GPUSIM_IOC_FREE, 64 MRs, /dev/peermem open", "s", "low"),
     ("thr1_ops_per_s", "2M", "registrations/s, 1 thread (2 MiB reg+dereg)", "count", "high"),
     ("thr2_over_thr1", "2M", "2 threads / 1 thread throughput", "x", "high"),
     ("kmem_per_reg_bytes", "2M", "kernel memory per live registration 2 MiB", "bytes", "low"),
@@ -134,6 +136,13 @@ def ratio(summ, key, a, b):
     return x / y
 
 
+def events_ratio(summ):
+    """peermem's GPU free under 64 MRs with the event channel open over closed."""
+    o = (summ.get("free_events_open_s/64", {}).get("peermem") or {}).get("median")
+    c = (summ.get("free_events_closed_s/64", {}).get("peermem") or {}).get("median")
+    return o / c if o and c else None
+
+
 def goals(doc):
     summ = doc["summary"]
     large = large_param(doc)
@@ -152,6 +161,9 @@ def goals(doc):
     add("registration (reg+dereg) <= 1.10x the floor at 2 MiB and above", fl, 1.10, "<=")
     fr = {n: ratio(summ, "free_revoke_s/" + n, "peermem", "nvidia-peermem") for n in ("1", "64")}
     add("GPU free -> revoked <= 1.0x nvidia-peermem", fr, 1.0, "<=")
+    ev = {"64": events_ratio(summ)}
+    add("revocation events: GPU free under 64 MRs with /dev/peermem open <= 1.05x closed (same run)",
+        ev, 1.05, "<=")
     th = {"peermem": (summ.get("thr2_over_thr1/2M", {}).get("peermem") or {}).get("median")}
     add("2-thread throughput >= 1.8x one thread", th, 1.8, ">=")
     # Attributable to the client: what the core and the client hold for a

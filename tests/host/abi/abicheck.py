@@ -22,6 +22,7 @@ For each pair (reference header, our header):
 """
 
 import argparse
+import shutil
 import json
 import os
 import re
@@ -593,6 +594,43 @@ def kernel_command(cmdfile, kdir):
     return out, (kdir if os.path.isabs(obj) else os.path.dirname(os.path.abspath(cmdfile)))
 
 
+def uapi_checks(kcmd, kdir, label, header, layout, work):
+    """A user-space header (include/uapi/...): compiles alone under the
+    kernel's flags, and the layout file's static asserts hold for the host
+    compiler's 64-bit ABI, its 32-bit ABI (when it has one) and C++.
+    Returns TAP results (ok, desc, diag); a skip says why in its desc."""
+    results = []
+    for h in (header, layout):
+        if not os.path.isfile(h):
+            raise SetupError("header not found: %s" % h)
+    ok, out = standalone(kcmd, kdir, header, work, label)
+    results.append((ok, "%s: %s compiles alone under the kernel's flags without diagnostics"
+                    % (label, os.path.basename(header)), out.splitlines()[:20]))
+    # -I the directory above uapi/, as user space includes <uapi/peermem.h>'s tree.
+    inc = os.path.dirname(os.path.dirname(os.path.abspath(header)))
+    variants = [("C, the host's 64-bit ABI", ["cc", "-std=c11"]),
+                ("C, the host's 32-bit ABI", ["cc", "-m32", "-std=c11"]),
+                ("C++", ["c++", "-x", "c++", "-std=c++11"])]
+    for what, cc in variants:
+        if shutil.which(cc[0]) is None:
+            results.append((True, "%s: layout (%s) # SKIP no %s on the host" % (label, what, cc[0]), []))
+            continue
+        if "-m32" in cc:
+            probe = subprocess.run(cc + ["-fsyntax-only", "-x", "c", "-"], input="#include <linux/types.h>\n",
+                                   capture_output=True, text=True)
+            if probe.returncode != 0:
+                results.append((True, "%s: layout (%s) # SKIP the host compiler has no 32-bit headers (gcc-multilib)"
+                                % (label, what), []))
+                continue
+        r = subprocess.run(cc + ["-Wall", "-Werror", "-fsyntax-only", "-I", inc, layout],
+                           capture_output=True, text=True)
+        results.append((r.returncode == 0,
+                        "%s: every size, offset and number %s fixes holds (%s)"
+                        % (label, os.path.basename(layout), what),
+                        (r.stdout + r.stderr).splitlines()[:20]))
+    return results
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kdir", required=True, help="the kernel build dir (KDIR)")
@@ -602,6 +640,8 @@ def main():
     ap.add_argument("--stubs", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--pair", nargs=3, action="append", metavar=("LABEL", "REF", "OURS"), required=True)
+    ap.add_argument("--uapi", nargs=3, action="append", default=[], metavar=("LABEL", "HEADER", "LAYOUT"),
+                    help="a user-space header and a C file of static asserts fixing its layout")
     a = ap.parse_args()
 
     try:
@@ -631,6 +671,8 @@ def main():
                 results.append((not diag, c.desc, diag))
             results.append((not unattributed, "%s: probe of our header has no stray diagnostics" % label,
                             unattributed[:20]))
+        for label, header, layout in a.uapi:
+            results.extend(uapi_checks(kcmd, a.kdir, label, header, layout, a.work))
     except SetupError as e:
         results.append((False, "ABI checker setup", str(e).splitlines()[:40]))
 

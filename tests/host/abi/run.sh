@@ -5,6 +5,9 @@
 # and nv-p2p.h shipped in Debian's nvidia-open-kernel-dkms (550 series):
 # every struct size, alignment, field offset/size/type, enumerator, typedef,
 # function signature and macro (function-like ones evaluated on inputs).
+# And include/uapi/peermem.h (/dev/peermem's records and page): it compiles
+# alone under the kernel's flags, and tests/host/abi/uapi_layout.c's static
+# asserts (every size, offset and number of version 1) hold for user space.
 # Prints TAP; exits non-zero on any failure.
 #
 #   tests/host/abi/run.sh            # KDIR from scripts/kernel.sh --print-kdir
@@ -85,4 +88,5 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/peermem-abi.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 python3 "$here/abicheck.py" --kdir "$KDIR" --kbuild-cmd "$cmdfile" --stubs "$here/stubs" --work "$work" \
 	--pair peer_mem "$peer_mem_h" "$ABI_INCLUDE_DIR/peer_mem_abi.h" \
-	--pair nv_p2p "$nv_p2p_h" "$ABI_INCLUDE_DIR/nv_p2p_abi.h"
+	--pair nv_p2p "$nv_p2p_h" "$ABI_INCLUDE_DIR/nv_p2p_abi.h" \
+	--uapi peermem_uapi "$ABI_INCLUDE_DIR/uapi/peermem.h" "$here/uapi_layout.c"

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Address spaces as keys ([`MmRef`]) and a page shared read-only with user
+//! space ([`SharedPage`]). Upstream counterparts: `kernel::mm::MmWithUser`
+//! / `mmgrab` (6.14), `kernel::page::Page` (whose API differs between
+//! 6.12 and 7.x); the C glue (`rust/miscdev.c`) does the calls.
+
+use super::raw;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use kernel::error::{code, Result};
+
+/// A counted reference to an address space's `mm_struct` (`mmgrab`: it
+/// keeps the struct, not the address space). While it lives no other
+/// address space can have the same `mm_struct`, so two `MmRef`s are the
+/// same address space exactly when [`MmRef::same`] says so.
+///
+/// # Invariants
+///
+/// `mm` holds a reference from `peermem_mm_grab_current`, dropped only by `drop`.
+pub(crate) struct MmRef {
+    mm: NonNull<kernel::bindings::mm_struct>,
+}
+
+// SAFETY: the reference may be dropped from any thread (mmdrop).
+unsafe impl Send for MmRef {}
+// SAFETY: `&MmRef` only compares pointers.
+unsafe impl Sync for MmRef {}
+
+impl MmRef {
+    /// The caller's address space; `None` in a kernel thread.
+    pub(crate) fn current() -> Option<Self> {
+        // SAFETY: FFI call without preconditions.
+        let mm = unsafe { raw::peermem_mm_grab_current() };
+        // INVARIANT: a reference from `peermem_mm_grab_current`.
+        NonNull::new(mm).map(|mm| Self { mm })
+    }
+
+    /// Whether `other` is the same address space.
+    pub(crate) fn same(&self, other: &MmRef) -> bool {
+        self.mm == other.mm
+    }
+
+    /// Whether the caller runs in this address space.
+    pub(crate) fn is_current(&self) -> bool {
+        // SAFETY: only compares the pointer with the caller's mm.
+        unsafe { raw::peermem_mm_is_current(self.mm.as_ptr()) }
+    }
+}
+
+impl Drop for MmRef {
+    fn drop(&mut self) {
+        // SAFETY: our reference (type invariant), dropped once.
+        unsafe { raw::peermem_mm_drop(self.mm.as_ptr()) };
+    }
+}
+
+/// A zeroed kernel page that user space may map read-only
+/// ([`super::miscdev::Vma::map_page_read_only`]); the kernel writes it
+/// with atomic stores. Mappings hold their own reference to the page, so
+/// dropping this (our reference) while it is mapped is fine.
+///
+/// # Invariants
+///
+/// `addr` is the kernel address of a page from `peermem_page_zalloc`,
+/// freed only by `drop`; written only through the atomic stores below.
+pub(crate) struct SharedPage {
+    addr: NonNull<u8>,
+}
+
+// SAFETY: the page is written only with atomics; any thread may free it.
+unsafe impl Send for SharedPage {}
+// SAFETY: as above.
+unsafe impl Sync for SharedPage {}
+
+/// Bytes in a [`SharedPage`].
+pub(crate) const SHARED_PAGE_SIZE: usize = 4096;
+
+impl SharedPage {
+    /// A zeroed page; `ENOMEM` if none.
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: FFI call without preconditions.
+        let p = unsafe { raw::peermem_page_zalloc() };
+        // INVARIANT: from `peermem_page_zalloc`.
+        NonNull::new(p.cast::<u8>())
+            .map(|addr| Self { addr })
+            .ok_or(code::ENOMEM)
+    }
+
+    /// The page's kernel address (for the C glue).
+    pub(crate) fn as_ptr(&self) -> *mut super::c_void {
+        self.addr.as_ptr().cast()
+    }
+
+    /// Stores `v` at byte `offset` (a multiple of 8 inside the page) with
+    /// release ordering: what this CPU wrote before is visible to a reader
+    /// whose acquire load sees `v`.
+    pub(crate) fn store_u64_release(&self, offset: usize, v: u64) {
+        assert!(offset % 8 == 0 && offset + 8 <= SHARED_PAGE_SIZE);
+        // SAFETY: inside the live page (type invariant, checked above),
+        // 8-byte aligned (the page is page-aligned); every access to the
+        // page is atomic (type invariant; user space only reads).
+        let a = unsafe { AtomicU64::from_ptr(self.addr.as_ptr().add(offset).cast::<u64>()) };
+        a.store(v, Ordering::Release);
+    }
+
+    /// Stores `v` at byte `offset` (a multiple of 4 inside the page).
+    pub(crate) fn store_u32(&self, offset: usize, v: u32) {
+        assert!(offset % 4 == 0 && offset + 4 <= SHARED_PAGE_SIZE);
+        // SAFETY: as in `store_u64_release`, 4-byte aligned.
+        let a = unsafe { AtomicU32::from_ptr(self.addr.as_ptr().add(offset).cast::<u32>()) };
+        a.store(v, Ordering::Release);
+    }
+}
+
+impl Drop for SharedPage {
+    fn drop(&mut self) {
+        // SAFETY: ours (type invariant), freed once; mappings keep theirs.
+        unsafe { raw::peermem_page_free(self.addr.as_ptr().cast()) };
+    }
+}

@@ -1,0 +1,582 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Revocation events (/dev/peermem, include/uapi/peermem.h, docs/module.md
+ * "Revocation events"): the device node; the generation page (version,
+ * sizes, starts at 0, read-only: PROT_WRITE refused, mprotect to write
+ * refused, wrong size or offset refused, not inherited by fork); read()
+ * sizes (EINVAL) and EAGAIN; for each cause the rig can produce
+ * (GPUSIM_IOC_FREE, munmap, mremap, mmap(MAP_FIXED) over the range) the
+ * counter moves by exactly one per revoked MR, already when the call that
+ * revoked returns, and the record says generation, start, length, cause
+ * and client; deregistered MRs and MRs revoked twice (free, then munmap)
+ * count nothing more; another process's revocations and exit are
+ * invisible, and the inherited fd is refused to a forked child (EPERM);
+ * blocking read and poll wake; the overflow record (event_queue_len=4);
+ * rmmod refused while a file is open, fine with only the mapping left;
+ * events=0 leaves the device out.
+ *
+ * Not testable: the "exit" cause (a process cannot read its own exit,
+ * and no other process may read its events; peermem never delivers it)
+ * and "driver" (the NVIDIA P2P free callback does not say why it runs).
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include "peermem_test.h"
+#include "../../../include/uapi/peermem.h"
+
+#define LEN (128 * 1024UL)	/* 2 GPU pages */
+
+static struct conn c;
+static int gfd;
+
+static long long gen_of(const volatile struct peermem_gen_page *pg)
+{
+	return (long long)__atomic_load_n(&pg->generation, __ATOMIC_ACQUIRE);
+}
+
+struct chan {
+	int fd;
+	struct peermem_gen_page *pg;
+};
+
+static int chan_open(struct chan *ch)
+{
+	ch->fd = open(PEERMEM_DEVICE_PATH, O_RDONLY | O_CLOEXEC);
+	if (ch->fd < 0)
+		return -errno;
+	ch->pg = mmap(NULL, 4096, PROT_READ, MAP_SHARED, ch->fd, 0);
+	if (ch->pg == MAP_FAILED) {
+		int e = -errno;
+
+		close(ch->fd);
+		return e;
+	}
+	return 0;
+}
+
+static void chan_close(struct chan *ch)
+{
+	munmap(ch->pg, 4096);
+	close(ch->fd);
+}
+
+/* Read up to max records without blocking: how many, or -errno. */
+static int drain(int fd, struct peermem_event *ev, int max)
+{
+	ssize_t n = read(fd, ev, max * sizeof(*ev));
+
+	if (n < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	if (n % sizeof(*ev))
+		return -EIO;
+	return n / sizeof(*ev);
+}
+
+/* read(): its errno, or 0 if it did not fail. */
+static int rd_errno(int fd, void *buf, size_t n)
+{
+	return read(fd, buf, n) == -1 ? errno : 0;
+}
+
+static int set_nonblock(int fd)
+{
+	return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+static const char *cause_str(unsigned int c)
+{
+	switch (c) {
+	case PEERMEM_CAUSE_GPU_FREE: return "gpu_free";
+	case PEERMEM_CAUSE_UNMAP: return "unmap";
+	case PEERMEM_CAUSE_MOVE: return "move";
+	case PEERMEM_CAUSE_EXIT: return "exit";
+	case PEERMEM_CAUSE_DRIVER: return "driver";
+	case PEERMEM_CAUSE_OVERFLOW: return "overflow";
+	}
+	return "?";
+}
+
+/* The record is {gen, start, len, cause, pm_name}. */
+static int rec_is(const struct peermem_event *e, long long gen, const void *start,
+		  size_t len, unsigned int cause)
+{
+	int good = e->generation == (unsigned long long)gen &&
+		   e->start == (uintptr_t)start && e->length == len && e->cause == cause &&
+		   e->flags == 0 && !strcmp(e->client, pm_name);
+
+	if (!good)
+		diag("record: generation %llu start %#llx length %#llx cause %u (%s) flags %u client '%.64s'; want %lld %p %#zx %u (%s) '%s'",
+		     (unsigned long long)e->generation, (unsigned long long)e->start,
+		     (unsigned long long)e->length, e->cause, cause_str(e->cause), e->flags,
+		     e->client, gen, start, len, cause, cause_str(cause), pm_name);
+	return good;
+}
+
+static struct ibv_mr *reg(struct gmem *g)
+{
+	struct ibv_mr *mr = ibv_reg_mr(c.pd, g->p, g->len, MR_ACCESS);
+
+	if (!mr)
+		bail("ibv_reg_mr on GPU memory: %s", strerror(errno));
+	return mr;
+}
+
+static void alloc(struct gmem *g, size_t len)
+{
+	if (gmem_alloc(gfd, len, g))
+		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
+}
+
+/* ---- the device and the page ---- */
+
+static void test_device(struct chan *ch)
+{
+	struct peermem_event ev[2];
+	struct stat st = { 0 };
+	void *p;
+	int r, rw;
+
+	ok(stat(PEERMEM_DEVICE_PATH, &st) == 0 && S_ISCHR(st.st_mode) &&
+	   (st.st_mode & 0777) == 0666 && st.st_uid == 0,
+	   "/dev/peermem is a character device, mode 0666, owner root (mode %o uid %d)",
+	   st.st_mode & 0777, (int)st.st_uid);
+	r = chan_open(ch);
+	if (r)
+		bail("open and mmap of /dev/peermem: %s", strerror(-r));
+	ok(ch->pg->version == PEERMEM_EVENTS_VERSION &&
+	   ch->pg->event_size == sizeof(struct peermem_event) && ch->pg->queue_len == 256 &&
+	   gen_of(ch->pg) == 0 && ch->pg->reserved == 0,
+	   "generation page: version %u, event_size %u (sizeof %zu), queue_len %u (default 256), generation %lld at open",
+	   ch->pg->version, ch->pg->event_size, sizeof(struct peermem_event), ch->pg->queue_len,
+	   gen_of(ch->pg));
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ch->fd, 0);
+	r = p == MAP_FAILED ? errno : 0;
+	ok(r == EACCES, "mmap with PROT_WRITE of an O_RDONLY fd is refused with EACCES (%s)",
+	   r ? strerror(r) : "mapped");
+	if (p != MAP_FAILED)
+		munmap(p, 4096);
+	rw = open(PEERMEM_DEVICE_PATH, O_RDWR);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+	r = p == MAP_FAILED ? errno : 0;
+	ok(rw >= 0 && r == EPERM, "mmap with PROT_WRITE of an O_RDWR fd is refused by peermem with EPERM (%s)",
+	   r ? strerror(r) : "mapped");
+	if (p != MAP_FAILED)
+		munmap(p, 4096);
+	p = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, rw, 0);
+	r = p == MAP_FAILED ? errno : 0;
+	ok(r == 0 && mprotect(p, 4096, PROT_READ | PROT_WRITE) == -1 && errno == EACCES,
+	   "a MAP_PRIVATE read-only mapping of an O_RDWR fd cannot be made writable (mprotect: EACCES; mmap %s)",
+	   r ? strerror(r) : "ok");
+	if (p != MAP_FAILED)
+		munmap(p, 4096);
+	close(rw);
+	errno = 0;
+	ok(mprotect(ch->pg, 4096, PROT_READ | PROT_WRITE) == -1 && errno == EACCES,
+	   "mprotect of the page to PROT_WRITE is refused with EACCES (%s)", strerror(errno));
+	p = mmap(NULL, 8192, PROT_READ, MAP_SHARED, ch->fd, 0);
+	ok(p == MAP_FAILED && errno == EINVAL, "mmap of two pages is refused with EINVAL (%s)",
+	   p == MAP_FAILED ? strerror(errno) : "mapped");
+	if (p != MAP_FAILED)
+		munmap(p, 8192);
+	p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, ch->fd, 4096);
+	ok(p == MAP_FAILED && errno == EINVAL, "mmap at offset 4096 is refused with EINVAL (%s)",
+	   p == MAP_FAILED ? strerror(errno) : "mapped");
+	if (p != MAP_FAILED)
+		munmap(p, 4096);
+	set_nonblock(ch->fd);
+	r = rd_errno(ch->fd, ev, 0);
+	ok(r == EINVAL, "read of 0 bytes: EINVAL (%s)", strerror(r));
+	r = rd_errno(ch->fd, ev, sizeof(ev[0]) - 1);
+	ok(r == EINVAL, "read of sizeof(record) - 1 bytes: EINVAL (%s)", strerror(r));
+	r = rd_errno(ch->fd, ev, sizeof(ev[0]) + 1);
+	ok(r == EINVAL, "read of sizeof(record) + 1 bytes: EINVAL (%s)", strerror(r));
+	r = rd_errno(ch->fd, ev, sizeof(ev));
+	ok(r == EAGAIN, "non-blocking read of two records with nothing queued: EAGAIN (%s)", strerror(r));
+	r = pread(ch->fd, ev, sizeof(ev[0]), 0) == -1 ? errno : 0;
+	ok(r == ESPIPE, "pread is refused (ESPIPE: %s)", strerror(r));
+}
+
+/* ---- one cause at a time ---- */
+
+enum how { FREE, MUNMAP, MREMAP, MAPFIXED };
+static const char *how_str[] = { "GPUSIM_IOC_FREE", "munmap", "mremap", "mmap(MAP_FIXED)" };
+
+/* Revoke g's MR by how; g->p is what the MR was registered at. */
+static int revoke_by(struct gmem *g, enum how how)
+{
+	void *q, *r;
+
+	switch (how) {
+	case FREE:
+		return gmem_free(gfd, g);
+	case MUNMAP:
+		return munmap(g->p, g->len);
+	case MREMAP:
+		q = mmap(NULL, g->len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (q == MAP_FAILED)
+			return -1;
+		r = mremap(g->p, g->len, g->len, MREMAP_MAYMOVE | MREMAP_FIXED, q);
+		if (r != q)
+			return -1;
+		munmap(q, g->len);	/* the allocation, moved: gpusim frees it below */
+		return 0;
+	case MAPFIXED:
+		r = mmap(g->p, g->len, PROT_READ | PROT_WRITE,
+			 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (r != g->p)
+			return -1;
+		munmap(r, g->len);
+		return 0;
+	}
+	return -1;
+}
+
+static void test_cause(struct chan *ch, enum how how, unsigned int cause)
+{
+	struct peermem_event ev[4];
+	long long g0, g1;
+	struct ibv_mr *mr;
+	struct gmem g;
+	int n;
+
+	alloc(&g, LEN);
+	mr = reg(&g);
+	g0 = gen_of(ch->pg);
+	ok(revoke_by(&g, how) == 0, "%s: revoking the MR's range succeeds", how_str[how]);
+	g1 = gen_of(ch->pg);
+	ok(g1 == g0 + 1, "%s: the counter moved by exactly one when the call returned (%lld -> %lld)",
+	   how_str[how], g0, g1);
+	n = drain(ch->fd, ev, 4);
+	ok(n == 1 && rec_is(&ev[0], g1, g.p, LEN, cause),
+	   "%s: one record {generation %lld, start, length %#lx, cause %s, client %s} (got %d)",
+	   how_str[how], g1, LEN, cause_str(cause), pm_name, n);
+	ok(ibv_dereg_mr(mr) == 0, "%s: ibv_dereg_mr of the revoked MR succeeds", how_str[how]);
+	if (how != FREE)
+		gmem_free(gfd, &g);
+	if (how == FREE)
+		gmem_drop(&g);
+	usleep(200000);
+	n = drain(ch->fd, ev, 4);
+	ok(gen_of(ch->pg) == g1 && n == 0,
+	   "%s: nothing more after deregistration and cleanup (generation %lld, %d records)",
+	   how_str[how], gen_of(ch->pg), n);
+}
+
+/* Several MRs: one count each, records in order; deregistered ones count nothing. */
+static void test_several(struct chan *ch)
+{
+	struct peermem_event ev[8];
+	struct ibv_mr *mr[4];
+	struct gmem g[4];
+	void *p[3];
+	long long g0;
+	int n, good = 1;
+
+	for (int i = 0; i < 4; i++) {
+		alloc(&g[i], LEN);
+		mr[i] = reg(&g[i]);
+	}
+	for (int i = 0; i < 3; i++)
+		p[i] = g[i].p;
+	g0 = gen_of(ch->pg);
+	ibv_dereg_mr(mr[3]);	/* deregistered first: never reported */
+	gmem_free(gfd, &g[3]);
+	gmem_drop(&g[3]);
+	ok(gen_of(ch->pg) == g0, "several: freeing a deregistered MR's memory counts nothing (%lld -> %lld)",
+	   g0, gen_of(ch->pg));
+	gmem_free(gfd, &g[0]);
+	munmap(g[1].p, LEN);
+	gmem_free(gfd, &g[2]);
+	ok(gen_of(ch->pg) == g0 + 3, "several: three MRs revoked, the counter moved by three (%lld -> %lld)",
+	   g0, gen_of(ch->pg));
+	/* Free, then munmap, of the same MR: revoked once, counted once. */
+	munmap(g[0].p, LEN);
+	munmap(g[2].p, LEN);
+	g[0].p = g[2].p = NULL;
+	usleep(200000);
+	ok(gen_of(ch->pg) == g0 + 3,
+	   "several: munmap of ranges whose memory was freed counts nothing more (%lld)", gen_of(ch->pg));
+	n = drain(ch->fd, ev, 8);
+	if (n == 3) {
+		good &= rec_is(&ev[0], g0 + 1, p[0], LEN, PEERMEM_CAUSE_GPU_FREE);
+		good &= rec_is(&ev[1], g0 + 2, p[1], LEN, PEERMEM_CAUSE_UNMAP);
+		good &= rec_is(&ev[2], g0 + 3, p[2], LEN, PEERMEM_CAUSE_GPU_FREE);
+	}
+	ok(n == 3 && good, "several: three records in order: gpu_free, unmap, gpu_free with generations %lld..%lld (got %d)",
+	   g0 + 1, g0 + 3, n);
+	for (int i = 0; i < 3; i++)
+		ibv_dereg_mr(mr[i]);
+	gmem_free(gfd, &g[1]);
+}
+
+/* ---- other processes ---- */
+
+/* Child: its own channel, its own MR freed: sees exactly its one revocation. */
+static int child_own(int go_fd, int done_fd)
+{
+	struct peermem_event ev[4];
+	struct ibv_mr *mr;
+	struct conn cc;
+	struct chan ch;
+	struct gmem g;
+	int fd, n;
+	char b;
+
+	if (chan_open(&ch) || conn_open(&cc))
+		return 10;
+	fd = open("/dev/gpusim", O_RDWR);
+	if (fd < 0 || gmem_alloc(fd, LEN, &g))
+		return 11;
+	mr = ibv_reg_mr(cc.pd, g.p, LEN, MR_ACCESS);
+	if (!mr)
+		return 12;
+	if (write(done_fd, "r", 1) != 1 || read(go_fd, &b, 1) != 1)	/* parent revokes its own now */
+		return 13;
+	if (gen_of(ch.pg) != 0)
+		return 14;	/* saw the parent's revocation */
+	if (gmem_free(fd, &g))
+		return 15;
+	if (gen_of(ch.pg) != 1)
+		return 16;
+	set_nonblock(ch.fd);
+	n = drain(ch.fd, ev, 4);
+	if (n != 1 || ev[0].generation != 1 || ev[0].start != (uintptr_t)g.p ||
+	    ev[0].cause != PEERMEM_CAUSE_GPU_FREE)
+		return 17;
+	ibv_dereg_mr(mr);
+	if (write(done_fd, "d", 1) != 1)
+		return 18;
+	return 0;
+}
+
+static void test_other_process(struct chan *ch)
+{
+	int go[2], done[2], st = -1;
+	struct peermem_event ev[4];
+	long long g0;
+	struct ibv_mr *mr;
+	struct gmem g;
+	pid_t pid;
+	char b = 0;
+
+	if (pipe(go) || pipe(done))
+		bail("pipe");
+	alloc(&g, LEN);
+	mr = reg(&g);
+	g0 = gen_of(ch->pg);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0)
+		_exit(child_own(go[0], done[1]));
+	ok(read(done[0], &b, 1) == 1 && b == 'r', "other process: a child opened its own channel and registered an MR");
+	gmem_free(gfd, &g);	/* the parent's revocation */
+	ok(gen_of(ch->pg) == g0 + 1, "other process: the parent's free counts in the parent (%lld -> %lld)",
+	   g0, gen_of(ch->pg));
+	ok(write(go[1], "g", 1) == 1 && read(done[0], &b, 1) == 1 && b == 'd',
+	   "other process: the child freed its own memory");
+	waitpid(pid, &st, 0);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "other process: the child saw only its own revocation (generation 0 after the parent's free, 1 after its own, one gpu_free record; status %d)",
+	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	ok(gen_of(ch->pg) == g0 + 1 && drain(ch->fd, ev, 4) == 1 && ev[0].generation == (unsigned long long)g0 + 1,
+	   "other process: the parent saw only its own (generation %lld, one record)", gen_of(ch->pg));
+	ibv_dereg_mr(mr);
+	gmem_drop(&g);
+
+	/* A child that registers and exits holding its MR: nothing for the parent. */
+	g0 = gen_of(ch->pg);
+	ok(exit_child_run(0, LEN, 0x4444) == 0, "other process: a child registered GPU memory and exited holding it");
+	usleep(200000);
+	ok(gen_of(ch->pg) == g0 && drain(ch->fd, ev, 4) == 0,
+	   "other process: the child's exit is invisible to the parent (generation %lld -> %lld)", g0, gen_of(ch->pg));
+
+	/* The inherited fd and mapping. */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		unsigned char vec;
+		void *p;
+
+		if (read(ch->fd, ev, sizeof(ev[0])) != -1 || errno != EPERM)
+			_exit(20);
+		p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, ch->fd, 0);
+		if (p != MAP_FAILED || errno != EPERM)
+			_exit(21);
+		/* VM_DONTCOPY: the parent's mapping is not in the child. */
+		if (mincore(ch->pg, 4096, &vec) != -1 || errno != ENOMEM)
+			_exit(22);
+		_exit(0);
+	}
+	st = -1;
+	waitpid(pid, &st, 0);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "other process: a forked child gets EPERM from read and mmap of the inherited fd, and has no copy of the page (status %d: 20 read, 21 mmap, 22 mapping)",
+	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	close(go[0]);
+	close(go[1]);
+	close(done[0]);
+	close(done[1]);
+}
+
+/* ---- waking ---- */
+
+struct waiter {
+	int fd, mode;	/* 0: poll, 1: blocking read */
+	int revents;
+	ssize_t n;
+	struct peermem_event ev;
+};
+
+static void *wait_thread(void *arg)
+{
+	struct waiter *w = arg;
+	struct pollfd p = { .fd = w->fd, .events = POLLIN };
+
+	if (w->mode == 0) {
+		if (poll(&p, 1, 20000) == 1)
+			w->revents = p.revents;
+	} else {
+		w->n = read(w->fd, &w->ev, sizeof(w->ev));
+	}
+	return NULL;
+}
+
+static void test_wake(struct chan *ch)
+{
+	struct peermem_event ev[2];
+	struct waiter w;
+	struct ibv_mr *mr;
+	pthread_t t;
+	struct gmem g;
+	int bfd;
+
+	for (int mode = 0; mode < 2; mode++) {
+		memset(&w, 0, sizeof(w));
+		bfd = open(PEERMEM_DEVICE_PATH, O_RDONLY);	/* blocking */
+		w.fd = mode == 0 ? ch->fd : bfd;
+		w.mode = mode;
+		alloc(&g, LEN);
+		mr = reg(&g);
+		pthread_create(&t, NULL, wait_thread, &w);
+		usleep(300000);
+		gmem_free(gfd, &g);
+		pthread_join(t, NULL);
+		if (mode == 0)
+			ok((w.revents & POLLIN) && drain(ch->fd, ev, 2) == 1,
+			   "poll: a thread waiting in poll() wakes with POLLIN when an MR is revoked (revents %#x)",
+			   w.revents);
+		else
+			ok(w.n == sizeof(w.ev) && w.ev.cause == PEERMEM_CAUSE_GPU_FREE && w.ev.generation == 1,
+			   "blocking read: a thread in read() on a new fd returns the record when an MR is revoked (%zd bytes, generation %llu)",
+			   w.n, (unsigned long long)w.ev.generation);
+		drain(ch->fd, ev, 2);
+		ibv_dereg_mr(mr);
+		gmem_drop(&g);
+		close(bfd);
+	}
+}
+
+/* ---- overflow (event_queue_len=4) ---- */
+
+static void test_overflow(void)
+{
+	struct peermem_event ev[8];
+	struct ibv_mr *mr[7];
+	struct gmem g[7];
+	struct chan ch;
+	int n, good;
+
+	if (chan_open(&ch))
+		bail("open /dev/peermem after the reload");
+	set_nonblock(ch.fd);
+	ok(ch.pg->queue_len == 4, "overflow: peermem loaded with event_queue_len=4 (page says %u)", ch.pg->queue_len);
+	for (int i = 0; i < 7; i++) {
+		alloc(&g[i], LEN);
+		mr[i] = reg(&g[i]);
+	}
+	for (int i = 0; i < 6; i++)
+		gmem_free(gfd, &g[i]);
+	ok(gen_of(ch.pg) == 6, "overflow: six revocations unread: generation 6 (%lld)", gen_of(ch.pg));
+	n = drain(ch.fd, ev, 8);
+	good = n == 5;
+	for (int i = 0; good && i < 4; i++)
+		good = rec_is(&ev[i], i + 1, g[i].p, LEN, PEERMEM_CAUSE_GPU_FREE);
+	ok(good && ev[4].cause == PEERMEM_CAUSE_OVERFLOW && ev[4].generation == 6 &&
+	   ev[4].start == 0 && ev[4].length == 0 && ev[4].client[0] == 0,
+	   "overflow: the four queued records, then one overflow record of generation 6 (got %d records, last cause %s generation %llu)",
+	   n, n > 0 ? cause_str(ev[n - 1].cause) : "-", n > 0 ? (unsigned long long)ev[n - 1].generation : 0ULL);
+	gmem_free(gfd, &g[6]);
+	n = drain(ch.fd, ev, 8);
+	ok(n == 1 && rec_is(&ev[0], 7, g[6].p, LEN, PEERMEM_CAUSE_GPU_FREE),
+	   "overflow: once read, the next revocation queues normally (generation 7; %d records)", n);
+	for (int i = 0; i < 7; i++) {
+		ibv_dereg_mr(mr[i]);
+		gmem_drop(&g[i]);
+	}
+	chan_close(&ch);
+}
+
+/* ---- unload ---- */
+
+static void test_unload(void)
+{
+	struct chan ch;
+	long long v;
+
+	conn_close(&c);
+	if (chan_open(&ch))
+		bail("open /dev/peermem");
+	ok(run("rmmod peermem 2>/dev/null") != 0 && access("/sys/module/peermem", F_OK) == 0,
+	   "unload: rmmod peermem is refused while /dev/peermem is open");
+	close(ch.fd);
+	v = gen_of(ch.pg);
+	/* The mapping holds the file (vm_file): it is released at munmap. */
+	ok(run("rmmod peermem 2>/dev/null") != 0 && gen_of(ch.pg) == v &&
+	   ch.pg->version == PEERMEM_EVENTS_VERSION,
+	   "unload: closed but still mapped: rmmod is still refused, the page stays readable (generation %lld)", v);
+	ok(munmap(ch.pg, 4096) == 0, "unload: munmap of the page");
+	ok(run("rmmod peermem") == 0, "unload: with the file closed and unmapped rmmod succeeds");
+	load_modules("events=0");
+	ok(access(PEERMEM_DEVICE_PATH, F_OK) != 0, "events=0: no /dev/peermem");
+	ok(run("rmmod peermem") == 0 && run("insmod %s/peermem.ko event_queue_len=1 2>/dev/null", root_dir()) != 0,
+	   "event_queue_len=1 is refused at load");
+	ok(dmesg_has("event_queue_len=1 is out of range"), "event_queue_len=1: the log says the range");
+}
+
+int main(void)
+{
+	struct chan ch;
+
+	rxe_up();
+	load_modules(NULL);
+	gfd = open("/dev/gpusim", O_RDWR);
+	if (gfd < 0)
+		bail("open /dev/gpusim");
+	if (conn_open(&c))
+		bail("cannot set up an RC loopback on " RXE_DEV);
+
+	test_device(&ch);
+	test_cause(&ch, FREE, PEERMEM_CAUSE_GPU_FREE);
+	test_cause(&ch, MUNMAP, PEERMEM_CAUSE_UNMAP);
+	test_cause(&ch, MREMAP, PEERMEM_CAUSE_MOVE);
+	test_cause(&ch, MAPFIXED, PEERMEM_CAUSE_UNMAP);
+	test_several(&ch);
+	test_other_process(&ch);
+	test_wake(&ch);
+	chan_close(&ch);
+
+	conn_close(&c);
+	load_modules("event_queue_len=4");
+	if (conn_open(&c))
+		bail("cannot set up an RC loopback on " RXE_DEV);
+	test_overflow();
+	ok(wait_for(all_idle, 10), "peermem and gpusim idle");
+	if (!all_idle()) {
+		pm_diag();
+		gs_diag();
+	}
+	test_unload();
+	close(gfd);
+	ok(!dmesg_has("peermem: BUG|no longer holds"), "peermem reported no internal error");
+	return finish();
+}
