@@ -190,6 +190,34 @@ static void trace_read(long self, struct result *r)
 	fclose(f);
 }
 
+/*
+ * munmaps the n registered ranges, waits up to secs for peermem to count n
+ * address changes since ac0, then counts the MRs an RDMA READ no longer
+ * gets through (revoked).
+ */
+static int unmap_and_count_revoked(struct conn *c, struct gmem *g, struct ibv_mr **mr, int n,
+				   long long ac0, double secs, struct ibv_mr *hmr, uint8_t *h)
+{
+	double end = now_s() + secs;
+	int i, revoked = 0;
+
+	for (i = 0; i < n; i++)
+		if (munmap(g[i].p, g[i].len))
+			bail("munmap: %s", strerror(errno));
+	while (now_s() < end && pm("address_changes") < ac0 + n)
+		usleep(10000);
+	for (i = 0; i < n; i++) {
+		int st = rdma_op(c, IBV_WR_RDMA_READ, hmr, h, 64, (uintptr_t)g[i].p, mr[i]->rkey);
+
+		if (st) {
+			revoked++;
+			if (conn_qps(c))
+				bail("cannot recreate the QPs");
+		}
+	}
+	return revoked;
+}
+
 static int fs_write(const char *file, const char *val)
 {
 	char p[256];
@@ -212,7 +240,6 @@ static void inject_iova(struct conn *c, int fd, struct ibv_mr *hmr, uint8_t *h)
 	struct ibv_mr *mr[BIGN];
 	long long ac0, left;
 	int i, revoked = 0;
-	double end;
 
 	if (access(MAG, W_OK)) {
 		ok(0, "failslab on the IOVA magazine cache: %s (needs CONFIG_FAILSLAB and an unmerged cache)",
@@ -234,12 +261,7 @@ static void inject_iova(struct conn *c, int fd, struct ibv_mr *hmr, uint8_t *h)
 	    fs_write("space", "0") || fs_write("ignore-gfp-wait", "N") || fs_write("times", "100000") ||
 	    fs_write("probability", "100"))
 		bail("cannot set up failslab for the IOVA magazine cache");
-	for (i = 0; i < BIGN; i++)
-		if (munmap(g[i].p, g[i].len))
-			bail("munmap: %s", strerror(errno));
-	end = now_s() + 30;
-	while (now_s() < end && pm("address_changes") < ac0 + BIGN)
-		usleep(10000);
+	revoked = unmap_and_count_revoked(c, g, mr, BIGN, ac0, 30, hmr, h);
 	usleep(200000);
 	/* Probability 0 first: without the cache filter every cache would fail. */
 	if (fs_write("probability", "0"))
@@ -249,13 +271,6 @@ static void inject_iova(struct conn *c, int fd, struct ibv_mr *hmr, uint8_t *h)
 	fs_write("cache-filter", "N");
 	fs_write("times", "1");
 	for (i = 0; i < BIGN; i++) {
-		int st = rdma_op(c, IBV_WR_RDMA_READ, hmr, h, 64, (uintptr_t)g[i].p, mr[i]->rkey);
-
-		if (st) {
-			revoked++;
-			if (conn_qps(c))
-				bail("cannot recreate the QPs");
-		}
 		ibv_dereg_mr(mr[i]);
 		g[i].p = NULL;
 		gmem_free(fd, &g[i]);
@@ -279,7 +294,6 @@ int main(void)
 	long long ac0;
 	uint8_t *h;
 	int fd, i, revoked = 0;
-	double end;
 
 	rxe_up();
 	load_modules(NULL);
@@ -308,22 +322,8 @@ int main(void)
 	if (!probe)
 		bail("ibv_reg_mr (control): %s", strerror(errno));
 	ibv_dereg_mr(probe);
-	for (i = 0; i < NMR; i++)
-		if (munmap(g[i].p, g[i].len))
-			bail("munmap: %s", strerror(errno));
-	end = now_s() + 20;
-	while (now_s() < end && pm("address_changes") < ac0 + NMR)
-		usleep(10000);
 	/* Each revocation has run to its end: every RDMA through the MRs fails. */
-	for (i = 0; i < NMR; i++) {
-		int st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 64, (uintptr_t)g[i].p, mr[i]->rkey);
-
-		if (st) {
-			revoked++;
-			if (conn_qps(&c))
-				bail("cannot recreate the QPs");
-		}
-	}
+	revoked = unmap_and_count_revoked(&c, g, mr, NMR, ac0, 20, hmr, h);
 	usleep(200000);
 	trace_off();
 	trace_read((long)syscall(SYS_gettid), &r);
