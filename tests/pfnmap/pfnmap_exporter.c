@@ -159,40 +159,54 @@ static int pfnmap_open(struct inode *inode, struct file *file)
 	return 0;
 }
 
+/*
+ * User memory is copied outside pfnmap_lock (through a bounce buffer):
+ * mmap() takes the lock under the mmap lock, a fault would take them the
+ * other way round.
+ */
 static long pfnmap_rw(struct pfnmap_rw __user *argp, bool write)
 {
 	struct pfnmap_rw a;
 	struct pfnmap_buf *b;
+	u64 off, left;
 	long ret = 0;
+	u8 *bounce;
 
 	if (copy_from_user(&a, argp, sizeof(a)))
 		return -EFAULT;
+	if (!a.len || a.len > PFNMAP_MAX_LEN)
+		return -EINVAL;
+	bounce = kvmalloc(a.len, GFP_KERNEL);
+	if (!bounce)
+		return -ENOMEM;
+	if (write && copy_from_user(bounce, u64_to_user_ptr(a.uaddr), a.len)) {
+		ret = -EFAULT;
+		goto free;
+	}
 	mutex_lock(&pfnmap_lock);
 	b = a.old ? pfnmap_old : pfnmap_cur;
-	if (!b) {
-		ret = -ENOENT;
-		goto out;
+	if (!b || a.off > b->len || a.len > b->len - a.off) {
+		ret = b ? -EINVAL : -ENOENT;
+		goto unlock;
 	}
-	if (a.off > b->len || a.len > b->len - a.off) {
-		ret = -EINVAL;
-		goto out;
-	}
-	while (a.len) {
+	for (off = 0, left = a.len; left; ) {
 		u64 room, n;
-		u8 *k = pfnmap_buf_addr(b, a.off, &room);
+		u8 *k = pfnmap_buf_addr(b, a.off + off, &room);
 
-		n = min(room, a.len);
-		if (write ? copy_from_user(k, u64_to_user_ptr(a.uaddr), n) :
-			    copy_to_user(u64_to_user_ptr(a.uaddr), k, n)) {
-			ret = -EFAULT;
-			goto out;
-		}
-		a.off += n;
-		a.uaddr += n;
-		a.len -= n;
+		n = min(room, left);
+		if (write)
+			memcpy(k, bounce + off, n);
+		else
+			memcpy(bounce + off, k, n);
+		off += n;
+		left -= n;
 	}
-out:
+unlock:
 	mutex_unlock(&pfnmap_lock);
+	if (!ret && !write && copy_to_user(u64_to_user_ptr(a.uaddr), bounce, a.len))
+		ret = -EFAULT;
+free:
+	kvfree(bounce);
 	return ret;
 }
 
