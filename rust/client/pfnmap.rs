@@ -18,7 +18,7 @@
 //! `unmap_mapping_range`, mprotect, process exit) revokes the registration
 //! through the core before the kernel goes on changing the mapping.
 
-use super::range::{count_segments, coalesce, GpuRange, SegmentLimits};
+use super::range::{coalesce, count_segments, GpuRange, SegmentLimits};
 use super::registration::{self, install_pfn, Source};
 use super::stats::{Stats, STATS_PFN};
 use super::{Kind, Registration};
@@ -66,9 +66,7 @@ pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> 
         warn_ratelimited(c"out of memory in acquire (PFN-map source); the range is not served");
         return None;
     };
-    let Some(w) = reg.watch() else {
-        return None;
-    };
+    let w = reg.watch()?;
     // Armed before the page tables are read.
     // SAFETY: every path that gives up a reference to `reg` stops the watch
     // first: the decline paths below, and `release` (registration.rs)
@@ -169,7 +167,9 @@ pub(super) fn dma_map(
     let m = match runs.dma_map(pdev, device_writes) {
         Ok(m) => m,
         Err((runs, e)) => {
-            warn_ratelimited(c"dma_map_resource failed for PFN-mapped memory; the registration fails with EIO");
+            warn_ratelimited(
+                c"dma_map_resource failed for PFN-mapped memory; the registration fails with EIO",
+            );
             return Err((runs, e));
         }
     };

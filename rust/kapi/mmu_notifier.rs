@@ -158,7 +158,8 @@ impl<T: AddressChange> AddressWatch<T> {
     pub(crate) fn read_begin(&self) -> Option<ReadSeq> {
         let mut seq = 0;
         // SAFETY: a live watch (type invariant); `seq` is writable.
-        unsafe { raw::peermem_watch_read_begin(self.ptr.as_ptr(), &mut seq) }.then_some(ReadSeq(seq))
+        unsafe { raw::peermem_watch_read_begin(self.ptr.as_ptr(), &mut seq) }
+            .then_some(ReadSeq(seq))
     }
 
     /// `mmu_interval_read_retry`: whether the range was invalidated since

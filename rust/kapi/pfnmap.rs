@@ -113,7 +113,15 @@ impl PfnRuns {
         let (mut n, mut writable, mut why, mut at) = (0u32, false, 0u32, 0u64);
         // SAFETY: every out-pointer is a local.
         let ret = unsafe {
-            raw::peermem_pfn_resolve(start, len, &mut runs, &mut n, &mut writable, &mut why, &mut at)
+            raw::peermem_pfn_resolve(
+                start,
+                len,
+                &mut runs,
+                &mut n,
+                &mut writable,
+                &mut why,
+                &mut at,
+            )
         };
         result_of(ret).map_err(Unresolved::Failed)?;
         if why != 0 {
@@ -153,7 +161,13 @@ impl PfnRuns {
         // SAFETY: `dev` is a live PCI device (its invariant); the runs are
         // valid (type invariant); `dma` is a local.
         let ret = unsafe {
-            raw::peermem_pfn_dma_map(dev.as_raw(), self.ptr.as_ptr(), self.n, device_writes, &mut dma)
+            raw::peermem_pfn_dma_map(
+                dev.as_raw(),
+                self.ptr.as_ptr(),
+                self.n,
+                device_writes,
+                &mut dma,
+            )
         };
         if let Err(e) = result_of(ret) {
             return Err((self, e));
