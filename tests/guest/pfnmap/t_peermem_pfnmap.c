@@ -10,7 +10,7 @@
  *  - RDMA WRITE and READ through the MR, every byte checked through the
  *    exporter's own CPU view (not through the user mapping);
  *  - the exporter zapping its mappings (unmap_mapping_range), reallocating
- *    its buffer, munmap, and process exit revoke the MR *before* the call
+ *    its buffer, munmap, mprotect and process exit revoke the MR *before* the call
  *    that changed the mapping returns (the counters have moved when it
  *    returns, no waiting), the next RDMA completes in error and no byte
  *    of the old or the new memory is written;
@@ -269,6 +269,27 @@ static void test_munmap(void)
 	   "munmap: ibv_dereg_mr; pfn counters idle, the core's balance");
 }
 
+/* mprotect invalidates the range too: the MR is revoked (even for a read-only MR). */
+static void test_mprotect(void)
+{
+	struct snap s0;
+	struct ibv_mr *mr;
+	uint8_t *p;
+	int rc;
+
+	p = map_rw();
+	mr = reg(p, LEN, IBV_ACCESS_REMOTE_READ);
+	take(&s0);
+	ok(mprotect(p, LEN, PROT_READ) == 0 && revoked_now(&s0, "mprotect"),
+	   "mprotect: when mprotect(PROT_READ) returned, the (read-only) MR was revoked");
+	rc = rdma(IBV_WR_RDMA_READ, 0, 4096, (uintptr_t)p, mr->rkey);
+	ok(rc == IBV_WC_REM_ACCESS_ERR, "mprotect: RDMA READ from the revoked MR completes with status 10 (got %d, %s)",
+	   rc, wc_str(rc));
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	   "mprotect: ibv_dereg_mr; pfn counters idle, the core's balance");
+	munmap(p, LEN);
+}
+
 /* A child registers the PFN mapping and exits holding the MR. */
 static void test_exit(void)
 {
@@ -409,6 +430,7 @@ int main(void)
 	test_driver_change(0);
 	test_driver_change(1);
 	test_munmap();
+	test_mprotect();
 	test_exit();
 	test_read_only();
 	test_refused();
