@@ -22,6 +22,7 @@
 #include "peer_mem_abi.h"
 #include "nv_p2p_abi.h"
 #include "peermem_miscdev.h"
+#include "peermem_pfnmap.h"
 
 /*
  * peermem's version: MODULE_VERSION and the version string of the
@@ -149,6 +150,18 @@ int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64
 void peermem_watch_stop(struct peermem_watch *w);
 /* Stop and free. The queued work item, if any, must have run. */
 void peermem_watch_free(struct peermem_watch *w);
+/*
+ * PFN-map source: make w a blocking watch (before peermem_watch_start):
+ * it fires on every invalidation of its range, also at process exit, and
+ * the notifier call returns only after changed() returned (rust/helpers.c).
+ */
+void peermem_watch_set_blocking(struct peermem_watch *w);
+/*
+ * mmu_interval_read_begin() on a started watch: false if it is not
+ * started. peermem_watch_read_retry(): mmu_interval_read_retry().
+ */
+bool peermem_watch_read_begin(struct peermem_watch *w, unsigned long *seq);
+bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq);
 
 /* ---- Free-callback references: id -> reference, one owner */
 

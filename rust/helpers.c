@@ -10,6 +10,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/completion.h>
 #include <linux/debugfs.h>
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
@@ -173,6 +174,9 @@ struct peermem_watch {
 	const void *reg;	/* borrowed: alive while INSERTED (see the header) */
 	const void *work_ref;	/* the work item's reference, from hold() */
 	unsigned long flags;
+	/* PFN-map source: see peermem_watch_set_blocking() (below). */
+	bool blocking;
+	struct completion revoked;	/* blocking: changed() returned */
 };
 
 static struct workqueue_struct *peermem_wq;
@@ -210,10 +214,21 @@ bool peermem_watch_available(void)
 static void peermem_watch_work(struct work_struct *work)
 {
 	struct peermem_watch *w = container_of(work, struct peermem_watch, work);
+	bool blocking = w->blocking;
 
 	/* Consumes the reference; may free w (allowed in a work function). */
 	peermem_watch_changed(w->work_ref);
+	/*
+	 * A blocking watch's notifier call waits for this, so the watch is
+	 * still inserted and its owner alive (see peermem_watch_invalidate_blocking).
+	 */
+	if (blocking)
+		complete_all(&w->revoked);
 }
+
+static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
+					      const struct mmu_notifier_range *range,
+					      unsigned long cur_seq);
 
 /*
  * Revocation events: mremap unmaps the old range with the same
@@ -245,6 +260,8 @@ static bool peermem_watch_invalidate(struct mmu_interval_notifier *mni,
 {
 	struct peermem_watch *w = container_of(mni, struct peermem_watch, mni);
 
+	if (w->blocking)
+		return peermem_watch_invalidate_blocking(w, range, cur_seq);
 	mmu_interval_set_seq(mni, cur_seq);
 	if (range->event != MMU_NOTIFY_UNMAP)
 		return true;
@@ -275,6 +292,7 @@ struct peermem_watch *peermem_watch_alloc(void)
 		return ERR_PTR(-ENOMEM);
 	INIT_WORK(&w->work, peermem_watch_work);
 	mutex_init(&w->lock);
+	init_completion(&w->revoked);
 	return w;
 }
 
@@ -306,6 +324,66 @@ void peermem_watch_stop(struct peermem_watch *w)
 		mmu_interval_notifier_remove(&w->mni);
 	mutex_unlock(&w->lock);
 }
+
+/* ---- Blocking watches (the PFN-map source) */
+
+/*
+ * A blocking watch fires on every invalidation of its range (unmap, the
+ * exporting driver's unmap_mapping_range, mprotect, process exit), and the
+ * notifier call returns only once changed() has returned: the registration
+ * is revoked through the core before the kernel goes on to change what the
+ * range maps. Memory the PFN-map source serves holds no reference, so the
+ * revocation must be done by then (docs/module.md, "PFN-mapped memory").
+ *
+ * changed() runs in the work item, not in this call: the core's invalidate
+ * takes the umem's mapping lock, which the core holds across allocations,
+ * and mmu notifier calls are (for lockdep) nested in reclaim. That order
+ * cannot deadlock here: only VM_PFNMAP ranges that are not copy-on-write
+ * get a blocking watch's first invalidation with a ticket (the PFN source
+ * checks that under the mmap lock), reclaim never unmaps such a range, and
+ * the later calls return at once. The wait is a completion, which lockdep
+ * does not follow. A call that may not block (OOM reaper; it skips
+ * VM_PFNMAP anyway) returns false, as the interval-notifier API requires.
+ */
+static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
+					      const struct mmu_notifier_range *range,
+					      unsigned long cur_seq)
+{
+	if (!mmu_notifier_range_blockable(range))
+		return false;
+	mmu_interval_set_seq(&w->mni, cur_seq);
+	if (!test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags)) {
+		w->work_ref = peermem_watch_hold(w->reg);
+		queue_work(peermem_wq, &w->work);
+	}
+	/* Also a concurrent second invalidation waits for the first one's work. */
+	wait_for_completion(&w->revoked);
+	return true;
+}
+
+void peermem_watch_set_blocking(struct peermem_watch *w)
+{
+	mutex_lock(&w->lock);
+	WRITE_ONCE(w->blocking, true);
+	mutex_unlock(&w->lock);
+}
+
+bool peermem_watch_read_begin(struct peermem_watch *w, unsigned long *seq)
+{
+	bool ok;
+
+	mutex_lock(&w->lock);
+	ok = test_bit(PEERMEM_WATCH_INSERTED, &w->flags);
+	if (ok)
+		*seq = mmu_interval_read_begin(&w->mni);
+	mutex_unlock(&w->lock);
+	return ok;
+}
+
+bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq)
+{
+	return mmu_interval_read_retry(&w->mni, seq);
+}
 #else
 struct peermem_watch *peermem_watch_alloc(void)
 {
@@ -319,6 +397,20 @@ int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64
 
 void peermem_watch_stop(struct peermem_watch *w)
 {
+}
+
+void peermem_watch_set_blocking(struct peermem_watch *w)
+{
+}
+
+bool peermem_watch_read_begin(struct peermem_watch *w, unsigned long *seq)
+{
+	return false;
+}
+
+bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq)
+{
+	return true;
 }
 #endif
 

@@ -161,7 +161,9 @@ impl Drop for PeerMem {
                 .get()
                 .wrapping_sub(s.registrations_released.get())
         };
-        let live = live(&stats::STATS).wrapping_add(live(&stats::STATS_NC));
+        let live = live(&stats::STATS)
+            .wrapping_add(live(&stats::STATS_NC))
+            .wrapping_add(live(&stats::STATS_PFN));
         if live != 0 {
             pr_info!(
                 "unloading: waiting until the {} registration(s) on GPU memory are deregistered (ibv_dereg_mr, closing what holds them, or process exit)\n",
@@ -235,6 +237,10 @@ fn create_debugfs() -> Result<Debugfs> {
     // Without its subdirectory (out of memory) the nc client has no files.
     if let Some(nc) = d.subdir(c"nc") {
         stats::STATS_NC.for_each(|name, c| d.add_u64(Some(&nc), name, c.atomic()));
+    }
+    // The PFN-map source's counters (docs/module.md, "PFN-mapped memory").
+    if let Some(pfn) = d.subdir(c"pfn") {
+        stats::STATS_PFN.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
     }
     inject::for_each(|name, knob| d.add_u32(name, knob.atomic()));
     Ok(d)

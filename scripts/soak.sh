@@ -55,6 +55,7 @@ case "$client" in peermem|nvpeermem) ;; *) pm_die "--client wants peermem or nvp
 [ -f "$kdir/arch/x86/boot/bzImage" ] || pm_die "no built rig kernel in '$kdir' (scripts/kernel.sh builds it)"
 
 make -C tests/gpusim KDIR="$kdir" LLVM=-19 >/dev/null
+make -C tests/pfnmap KDIR="$kdir" LLVM=-19 >/dev/null
 if [ "$client" = peermem ]; then
 	make KDIR="$kdir" LLVM=-19 >/dev/null
 else

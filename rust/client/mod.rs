@@ -87,6 +87,7 @@ mod checks;
 pub(crate) mod events;
 pub(crate) mod inject;
 pub(crate) mod params;
+mod pfnmap;
 pub(crate) mod range;
 mod registration;
 pub(crate) mod stats;
@@ -141,9 +142,10 @@ macro_rules! peer_client {
                 reg: ArcBorrow<'_, Registration>,
                 addr: u64,
                 size: u64,
+                read_only: bool,
                 ticket: Ticket,
             ) -> Result {
-                registration::get_pages(&reg, addr, size, ticket)
+                registration::get_pages(&reg, addr, size, read_only, ticket)
             }
 
             fn dma_map(

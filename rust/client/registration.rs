@@ -6,13 +6,14 @@
 use super::checks::{check_dma_mapping, check_page_table, map_pci};
 use super::events;
 use super::range::{GpuRange, GPU_PAGE_SIZE};
-use super::stats::{Stats, STATS};
+use super::stats::{Stats, STATS, STATS_PFN};
 use super::{inject, Kind};
 use crate::kapi::device::DmaDevice;
 use crate::kapi::mmu_notifier::AddressWatch;
 use crate::kapi::nvidia_p2p::{self, MappedTable, PageTable};
 use crate::kapi::object_count::ObjectCount;
 use crate::kapi::peer_mem::Ticket;
+use crate::kapi::pfnmap::{PfnMapping, PfnRuns};
 use crate::kapi::print::warn_ratelimited;
 use crate::kapi::scatterlist::{SgTable, SgView};
 use crate::kapi::sync::{new_condvar, new_lock, CondVar, Lock, LockGuard};
@@ -23,19 +24,43 @@ use kernel::sync::Arc;
 /// A page table pinned for a registration (its free callback holds one).
 type Table = PageTable<Registration>;
 
+/// Where a registration's memory comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    /// GPU memory, pinned through `nvidia_p2p_get_pages*`.
+    Gpu,
+    /// PFN-mapped RAM the kernel does not manage (`super::pfnmap`): no
+    /// reference held; its blocking address watch revokes it.
+    Pfn,
+}
+
+/// The memory a registration holds (`Phase::Pinned`).
+pub(super) enum Pages {
+    /// A pinned GPU page table.
+    Gpu(Table),
+    /// The physical runs of a PFN-mapped range (nothing to give back).
+    Pfn(PfnRuns),
+}
+
+/// The memory a registration holds, mapped for the DMA device (`Phase::Mapped`).
+enum Mapped {
+    Gpu(MappedTable<Registration>),
+    Pfn(PfnMapping),
+}
+
 /// Where a registration is in its life (see the module documentation).
 enum Phase {
     /// Being built by `acquire` (not pinned yet), or its pin failed.
     New,
-    /// The GPU pages are pinned.
-    Pinned(Table),
+    /// The GPU pages are pinned (PFN source: the runs are resolved).
+    Pinned(Pages),
     /// `dma_map` is mapping the table for the DMA device, outside the lock
     /// (`nvidia_p2p_dma_map_pages` takes the GPU driver's lock, under which
     /// the driver calls free callbacks). The table is `dma_map`'s until it
     /// ends this phase: everyone else waits for that (`mapping_done`).
     Mapping,
     /// Pinned and mapped for the core's (PCI) DMA device.
-    Mapped(MappedTable<Registration>),
+    Mapped(Mapped),
     /// `put_pages`/`release` is giving the page table back, outside the
     /// lock; `callback_ran`: a free callback ran meanwhile.
     Unpinning { callback_ran: bool },
@@ -70,6 +95,8 @@ struct Inner {
     /// none: until it returns the core keeps its client registered, which
     /// the call needs (module unload would free it).
     invalidating: u32,
+    /// `get_pages` said the umem is read-only (the device only reads).
+    read_only: bool,
 }
 
 /// One range claimed in `acquire`.
@@ -84,6 +111,8 @@ struct Inner {
 pub(crate) struct Registration {
     /// The client that claimed the range.
     kind: Kind,
+    /// Where the memory comes from (set at creation).
+    source: Source,
     range: GpuRange,
     /// The address-space watch (non-persistent pins in a user process).
     watch: Option<AddressWatch<Registration>>,
@@ -127,6 +156,45 @@ fn count_unpinned(stats: &Stats, pages: u32) {
     stats.bytes_unpinned.add(u64::from(pages) * GPU_PAGE_SIZE);
 }
 
+/// A new registration in `New` (counted in its source's or client's
+/// `objects_created`); `ENOMEM`.
+pub(super) fn new(
+    kind: Kind,
+    source: Source,
+    range: GpuRange,
+    watch: Option<AddressWatch<Registration>>,
+) -> Result<Arc<Registration>> {
+    let stats = if source == Source::Pfn {
+        &STATS_PFN
+    } else {
+        kind.stats()
+    };
+    Arc::pin_init(
+        pin_init!(Registration {
+            kind,
+            source,
+            range,
+            watch,
+            inner <- new_lock!(
+                Inner {
+                    phase: Phase::New,
+                    ticket: None,
+                    sgt: None,
+                    revoked: false,
+                    invalidating: 0,
+                    read_only: false,
+                },
+                "peermem_registration"
+            ),
+            invalidated <- new_condvar!("peermem_registration_invalidated"),
+            mapping_done <- new_condvar!("peermem_registration_mapping_done"),
+            events: events::Tag::current(),
+            _live: Live::new(stats),
+        }),
+        GFP_KERNEL,
+    )
+}
+
 /// `acquire` of client `kind`: is `[addr, addr + size)` memory of the GPU
 /// driver? If so pin it (once, for the whole registration; persistently
 /// for [`Kind::Persistent`]) and return the registration.
@@ -154,33 +222,9 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
             }
         }
     };
-    let reg = match Arc::pin_init(
-        pin_init!(Registration {
-            kind,
-            range,
-            watch,
-            inner <- new_lock!(
-                Inner {
-                    phase: Phase::New,
-                    ticket: None,
-                    sgt: None,
-                    revoked: false,
-                    invalidating: 0,
-                },
-                "peermem_registration"
-            ),
-            invalidated <- new_condvar!("peermem_registration_invalidated"),
-            mapping_done <- new_condvar!("peermem_registration_mapping_done"),
-            events: events::Tag::current(),
-            _live: Live::new(stats),
-        }),
-        GFP_KERNEL,
-    ) {
-        Ok(reg) => reg,
-        Err(_) => {
-            oom();
-            return None;
-        }
+    let Ok(reg) = new(kind, Source::Gpu, range, watch) else {
+        oom();
+        return None;
     };
     // Before the pin: an unmap from here on revokes the registration.
     if let Some(w) = &reg.watch {
@@ -217,8 +261,11 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
             if e != EINVAL {
                 stats.errors.inc();
                 warn_ratelimited(c"nvidia_p2p_get_pages failed with an error other than EINVAL; treating the range as not GPU memory");
+                return None;
             }
-            return None;
+            drop(reg);
+            // Not GPU memory: PFN-mapped memory, if that source is on.
+            return super::pfnmap::acquire(kind, range);
         }
     };
     stats.page_tables_pinned.inc();
@@ -248,7 +295,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         // watch's work item found `New` and left this mark; the watch does
         // not fire again): what the pin found is no longer what the
         // address means. Declined, so the registration fails with EFAULT.
-        g.phase = Phase::Pinned(pt);
+        g.phase = Phase::Pinned(Pages::Gpu(pt));
         drop(g);
         reg.stop_watch();
         reg.unpin();
@@ -264,14 +311,14 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
             range.len(),
             why
         );
-        g.phase = Phase::Pinned(pt);
+        g.phase = Phase::Pinned(Pages::Gpu(pt));
         drop(g);
         reg.stop_watch();
         reg.unpin();
         return None;
     }
     // INVARIANT: pinned for the aligned range, the callback holds `callback`.
-    g.phase = Phase::Pinned(pt);
+    g.phase = Phase::Pinned(Pages::Gpu(pt));
     drop(g);
     stats.registrations_acquired.inc();
     Some(reg)
@@ -285,7 +332,15 @@ fn revoked_error() -> Error {
 
 /// `get_pages`: the pages were pinned in `acquire`; check the range and
 /// remember the core's ticket for invalidations.
-pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: Ticket) -> Result {
+/// `read_only`: the umem is read-only (the core's `force`), so the device
+/// will only read.
+pub(crate) fn get_pages(
+    reg: &Registration,
+    addr: u64,
+    size: u64,
+    read_only: bool,
+    ticket: Ticket,
+) -> Result {
     inject::DELAY_GET_PAGES_MS.delay();
     if addr != reg.range.addr() || size != reg.range.len() {
         reg.stats().errors.inc();
@@ -303,7 +358,11 @@ pub(crate) fn get_pages(reg: &Registration, addr: u64, size: u64, ticket: Ticket
         return Err(revoked_error());
     }
     match g.phase {
-        Phase::Pinned(_) if g.ticket.is_none() => {
+        Phase::Pinned(ref pages) if g.ticket.is_none() => {
+            if let Pages::Pfn(runs) = pages {
+                super::pfnmap::check_access(runs, read_only)?;
+            }
+            g.read_only = read_only;
             g.ticket = Some(ticket);
             // Revocation events: from now on a revocation is reported.
             reg.events.arm();
@@ -372,8 +431,53 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
     // takes this lock. While `Mapping` the table is ours alone: the free
     // callback, an address change and every other callback wait for the
     // phase to end (`lock_settled`).
+    let read_only = g.read_only;
     drop(g);
-    let result = match pt.dma_map(pdev) {
+    let result = match pt {
+        Pages::Gpu(pt) => dma_map_gpu(pt, pdev, max_seg_size, seg_boundary)
+            .map(|(sgt, m)| {
+                let n = m.table().entries();
+                (sgt, Mapped::Gpu(m), n)
+            })
+            .map_err(|(pt, e)| (Pages::Gpu(pt), e)),
+        Pages::Pfn(runs) => {
+            super::pfnmap::dma_map(runs, pdev, max_seg_size, seg_boundary, !read_only)
+                .map(|(sgt, m, n)| (sgt, Mapped::Pfn(m), n))
+                .map_err(|(runs, e)| (Pages::Pfn(runs), e))
+        }
+    };
+    // Nothing changed meanwhile: every other path waited (an address
+    // change marks the registration revoked only after this phase ends).
+    let mut g = reg.inner.lock();
+    let out = match result {
+        Ok((sgt, mapped, uncoalesced)) => {
+            stats.dma_maps.inc();
+            stats.sg_entries_uncoalesced.add(u64::from(uncoalesced));
+            stats.sg_entries_coalesced.add(u64::from(sgt.nents()));
+            let view = sgt.view();
+            g.sgt = Some(sgt);
+            g.phase = Phase::Mapped(mapped);
+            Ok(view)
+        }
+        Err((pt, e)) => {
+            stats.errors.inc();
+            g.phase = Phase::Pinned(pt);
+            Err(e)
+        }
+    };
+    drop(g);
+    reg.mapping_done.notify_all();
+    out
+}
+
+/// `dma_map` of a GPU page table (outside the registration lock).
+fn dma_map_gpu(
+    pt: Table,
+    pdev: &crate::kapi::device::PciDev,
+    max_seg_size: u32,
+    seg_boundary: u64,
+) -> core::result::Result<(SgTable, MappedTable<Registration>), (Table, Error)> {
+    match pt.dma_map(pdev) {
         Err((pt, e)) => {
             warn_ratelimited(
                 c"nvidia_p2p_dma_map_pages failed; the registration fails with its error",
@@ -402,31 +506,7 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
                 }
             }
         }
-    };
-    // Nothing changed meanwhile: every other path waited (an address
-    // change marks the registration revoked only after this phase ends).
-    let mut g = reg.inner.lock();
-    let out = match result {
-        Ok((sgt, mapped)) => {
-            stats.dma_maps.inc();
-            stats
-                .sg_entries_uncoalesced
-                .add(u64::from(mapped.table().entries()));
-            stats.sg_entries_coalesced.add(u64::from(sgt.nents()));
-            let view = sgt.view();
-            g.sgt = Some(sgt);
-            g.phase = Phase::Mapped(mapped);
-            Ok(view)
-        }
-        Err((pt, e)) => {
-            stats.errors.inc();
-            g.phase = Phase::Pinned(pt);
-            Err(e)
-        }
-    };
-    drop(g);
-    reg.mapping_done.notify_all();
-    out
+    }
 }
 
 /// Set once `dma_map` was called without a DMA device (see [`report_no_dma_device`]).
@@ -440,14 +520,21 @@ fn report_no_dma_device() {
 }
 
 /// Undoes a mapping (registration lock held by the caller); the page table stays pinned.
-fn unmap_locked(stats: &Stats, mapped: MappedTable<Registration>) -> Table {
+fn unmap_locked(stats: &Stats, mapped: Mapped) -> Pages {
+    let mapped = match mapped {
+        Mapped::Gpu(m) => m,
+        Mapped::Pfn(m) => {
+            stats.dma_unmaps.inc();
+            return Pages::Pfn(m.unmap());
+        }
+    };
     let (pt, res) = mapped.unmap();
     if let Err(e) = res {
         stats.errors.inc();
         pr_err!("nvidia_p2p_dma_unmap_pages failed ({})\n", e.to_errno());
     }
     stats.dma_unmaps.inc();
-    pt
+    Pages::Gpu(pt)
 }
 
 /// `dma_unmap`: undo `dma_map` (if the free callback did not already) and
@@ -471,9 +558,12 @@ pub(crate) fn put_pages(reg: &Registration) {
 }
 
 /// `get_page_size`.
-pub(crate) fn page_size(_reg: &Registration) -> u64 {
-    // Every page table peermem keeps has 64 KiB pages (`check_page_table`).
-    GPU_PAGE_SIZE
+pub(crate) fn page_size(reg: &Registration) -> u64 {
+    match reg.source {
+        // Every page table peermem keeps has 64 KiB pages (`check_page_table`).
+        Source::Gpu => GPU_PAGE_SIZE,
+        Source::Pfn => crate::kapi::pfnmap::PAGE_SIZE,
+    }
 }
 
 /// `release`: the core is done with the registration; `reg` is its reference.
@@ -541,13 +631,13 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
                 // stored the table: it sees `Freed` and declines.
                 (None, None)
             }
-            Phase::Pinned(pt) => {
+            Phase::Pinned(Pages::Gpu(pt)) => {
                 count_unpinned(stats, pt.entries());
                 pt.give_to_driver();
                 revoke_event(&reg, events::Cause::GpuFree);
                 (g.begin_invalidate(), None)
             }
-            Phase::Mapped(mapped) => {
+            Phase::Mapped(Mapped::Gpu(mapped)) => {
                 count_unpinned(stats, mapped.table().entries());
                 revoke_event(&reg, events::Cause::GpuFree);
                 // Given to the driver after the core's invalidate, below:
@@ -564,7 +654,8 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
             Phase::CallbackPending => (None, None),
             other => {
                 // Freed/Unpinned hold no registry entry, so no callback
-                // gets here for them (Mapping was waited out above).
+                // gets here for them (Mapping was waited out above); PFN
+                // registrations have no free callback.
                 g.phase = other;
                 stats.errors.inc();
                 pr_err!("free callback for a page table peermem no longer holds; ignoring it (a GPU driver bug)\n");
@@ -682,9 +773,18 @@ impl Inner {
 }
 
 impl Registration {
-    /// The counters of the client that claimed this registration.
+    /// The counters of the client that claimed this registration (of the
+    /// PFN source for its registrations).
     fn stats(&self) -> &'static Stats {
-        self.kind.stats()
+        match self.source {
+            Source::Gpu => self.kind.stats(),
+            Source::Pfn => &STATS_PFN,
+        }
+    }
+
+    /// The address watch (started by `acquire`).
+    pub(super) fn watch(&self) -> Option<&AddressWatch<Registration>> {
+        self.watch.as_ref()
     }
 
     /// The core's invalidate returned (after [`Inner::begin_invalidate`] gave a ticket).
@@ -707,7 +807,7 @@ impl Registration {
     }
 
     /// Stops the address-space watch, if any (see [`AddressWatch::start`]).
-    fn stop_watch(&self) {
+    pub(super) fn stop_watch(&self) {
         if let Some(w) = &self.watch {
             w.stop();
         }
@@ -737,6 +837,16 @@ impl Registration {
                 }
                 other => {
                     g.phase = other;
+                    return;
+                }
+            };
+            let pt = match pt {
+                Pages::Gpu(pt) => pt,
+                Pages::Pfn(runs) => {
+                    // No reference was taken: nothing to give back.
+                    g.phase = Phase::Unpinned;
+                    drop(g);
+                    super::pfnmap::count_released(self.stats(), &runs);
                     return;
                 }
             };
@@ -796,4 +906,19 @@ impl Registration {
         // Last, outside the lock (the caller holds a reference too).
         drop(taken);
     }
+}
+
+/// PFN source (`super::pfnmap::acquire`): stores the runs it resolved in
+/// `reg` (`New` → `Pinned`) unless the range changed meanwhile: `stale()`
+/// (the watch's `mmu_interval_read_retry`) is checked under the lock the
+/// address-change path takes, as is `revoked`. `false`: not stored, the
+/// runs are dropped.
+pub(super) fn install_pfn(reg: &Registration, runs: PfnRuns, stale: impl FnOnce() -> bool) -> bool {
+    let mut g = reg.inner.lock();
+    if g.revoked || stale() || !matches!(g.phase, Phase::New) {
+        return false;
+    }
+    // INVARIANT: the runs of the range, watched by the blocking watch.
+    g.phase = Phase::Pinned(Pages::Pfn(runs));
+    true
 }

@@ -141,6 +141,14 @@ pub(crate) static STATS: Stats = Stats::new();
 /// The counters of the non-invalidating client (`nv_mem_nc`).
 pub(crate) static STATS_NC: Stats = Stats::new();
 
+/// The counters of the PFN-map source (registrations of PFN-mapped memory
+/// through `nv_mem`, `/sys/kernel/debug/peermem/pfn/`): "pinned" there
+/// means held for a registration (no reference is taken), a page is 4 KiB
+/// (`PAGE_SIZE`), a page table is one registration's runs, and
+/// `registrations_declined` counts PFN-mapped ranges refused (the range
+/// first went through the GPU source, which counts it declined in `nv_mem`).
+pub(crate) static STATS_PFN: Stats = Stats::new();
+
 #[cfg(peermem_kunit)]
 #[::kernel::macros::kunit_tests(peermem_stats)]
 mod tests {

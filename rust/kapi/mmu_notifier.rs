@@ -113,6 +113,10 @@ unsafe extern "C" fn changed<T: AddressChange>(r: *const super::c_void) {
     T::changed(unsafe { Arc::from_raw(r.cast::<T>()) });
 }
 
+/// A sequence number of a watch's range, from [`AddressWatch::read_begin`].
+#[derive(Clone, Copy)]
+pub(crate) struct ReadSeq(super::c_ulong);
+
 /// A watch on a range in the address space of the process that made it,
 /// for an owner `T` (usually the owner holds the watch as a field).
 ///
@@ -170,6 +174,35 @@ impl<T: AddressChange> AddressWatch<T> {
         // pointer `Arc::into_raw` would give for `owner`, valid until `stop`
         // (the caller's obligation).
         to_result(unsafe { raw::peermem_watch_start(self.ptr.as_ptr(), p.cast(), start, len) })
+    }
+
+    /// Makes this a blocking watch (for memory the owner holds no
+    /// reference on: the PFN-map source). Call before [`AddressWatch::start`].
+    /// A blocking watch fires on every invalidation of its range, also at
+    /// process exit, and the kernel's invalidation waits until
+    /// [`AddressChange::changed`] has returned (it still runs in the work
+    /// item; see `peermem_watch_invalidate_blocking` in `rust/helpers.c`).
+    pub(crate) fn set_blocking(&self) {
+        // SAFETY: a live watch (type invariant).
+        unsafe { raw::peermem_watch_set_blocking(self.ptr.as_ptr()) };
+    }
+
+    /// `mmu_interval_read_begin`: the sequence to check with
+    /// [`AddressWatch::read_retry`] after reading the range's page tables.
+    /// `None` if the watch is not started.
+    pub(crate) fn read_begin(&self) -> Option<ReadSeq> {
+        let mut seq = 0;
+        // SAFETY: a live watch (type invariant); `seq` is writable.
+        unsafe { raw::peermem_watch_read_begin(self.ptr.as_ptr(), &mut seq) }
+            .then_some(ReadSeq(seq))
+    }
+
+    /// `mmu_interval_read_retry`: whether the range was invalidated since
+    /// `seq` was read (then what was read may be stale).
+    pub(crate) fn read_retry(&self, seq: ReadSeq) -> bool {
+        // SAFETY: a live watch (type invariant), started since `seq` came
+        // from `read_begin` (the C side only compares sequence numbers).
+        unsafe { raw::peermem_watch_read_retry(self.ptr.as_ptr(), seq.0) }
     }
 
     /// Stops watching: when it returns, the notifier takes no new

@@ -28,6 +28,7 @@
 //! | [`device`]       | DMA device, PCI device                    | `kernel::device`, `kernel::pci` |
 //! | [`scatterlist`]  | scatter-gather tables                     | `kernel::scatterlist` (6.18) |
 //! | [`mmu_notifier`] | address-range watches                     | none yet (`mmu_interval_notifier`) |
+//! | [`pfnmap`]       | PFNs of PFN-mapped user memory, their DMA mapping | none (`follow_pfnmap_*`, `dma_map_resource`) |
 //! | [`debugfs`]      | counter and knob files                    | `kernel::debugfs` (6.18) |
 //! | [`object_count`] | live objects module unload waits for      | none |
 //! | [`module_param`] | module parameters                         | `kernel::module_param` (6.18) |
@@ -53,6 +54,7 @@ pub(crate) mod module_param;
 pub(crate) mod nvidia_p2p;
 pub(crate) mod object_count;
 pub(crate) mod peer_mem;
+pub(crate) mod pfnmap;
 pub(crate) mod print;
 pub(crate) mod scatterlist;
 pub(crate) mod sync;

@@ -56,10 +56,13 @@ pub(crate) trait PeerMemoryClient: Sized + 'static {
 
     /// The core asks for the pages; `ticket` names the mapping for
     /// [`Ticket::invalidate`] (clients with [`Invalidation::Unmaps`]).
+    /// `read_only`: the umem is read-only (the core's `force` argument),
+    /// the device will not write.
     fn get_pages(
         reg: ArcBorrow<'_, Self::Registration>,
         addr: u64,
         size: u64,
+        read_only: bool,
         ticket: Ticket,
     ) -> Result;
 
@@ -315,7 +318,7 @@ impl<T: PeerMemoryClient> OperationsVTable<T> {
         addr: c_ulong,
         size: usize,
         _write: c_int,
-        _force: c_int,
+        force: c_int,
         _legacy_sg: *mut kernel::bindings::sg_table,
         client_context: *mut c_void,
         core_context: u64,
@@ -328,7 +331,7 @@ impl<T: PeerMemoryClient> OperationsVTable<T> {
             slot: T::slot(),
             core_context,
         };
-        match T::get_pages(reg, addr, size as u64, ticket) {
+        match T::get_pages(reg, addr, size as u64, force != 0, ticket) {
             Ok(()) => 0,
             Err(e) => e.to_errno(),
         }

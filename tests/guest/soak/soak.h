@@ -19,6 +19,15 @@
  *   fork     fork a child that exits at once: the MRs keep working;
  *   exit     the process exits holding its MRs, mid-round in its other
  *            thread (the parent starts another).
+ * With peermem, about one round in four (when tests/pfnmap's exporter is
+ * built) is on PFN-mapped memory instead (peermem's pfnmap=1 source): the
+ * thread maps the exporter's reserved-RAM buffer, registers 1-2 MRs on its
+ * own 256 KiB slot of it (the whole slot and an unaligned sub-range),
+ * checks WRITE/READ through the mapping, and ends with dereg, munmap,
+ * mremap, MAP_FIXED (the revocation must be complete when the call
+ * returns: the next RDMA completes in error at once, and MAP_FIXED's new
+ * memory is never written), fork or exit; "free" (no GPU memory) is a
+ * dereg there.
  * Between epochs the parent stops the workers, checks that nothing is
  * left (gpusim's live counters, peermem's counters, the core's), changes
  * the delay knobs, and every few epochs unloads and reloads the client.
@@ -31,7 +40,7 @@
 #define SOAK_H
 
 #define _GNU_SOURCE	/* before any system header: mremap */
-#include "../peermem/peermem_test.h"
+#include "../pfnmap/pfnmap_test.h"
 
 #include <getopt.h>
 #include <stdatomic.h>
@@ -52,6 +61,8 @@ struct soak_shared {
 	atomic_llong unexpected;	/* failures that must not happen */
 	atomic_llong revoke_waits;	/* revocations waited for after munmap/mremap/fixed */
 	atomic_llong revoke_late;	/* ... that did not come within the limit */
+	atomic_llong pfn_rounds;	/* rounds on PFN-mapped memory */
+	atomic_llong pfn_revoke_late;	/* PFN revocations not complete when munmap & co returned */
 	atomic_int stop;
 	long long target;
 	char last_error[256];
@@ -60,6 +71,9 @@ struct soak_shared {
 
 static struct soak_shared *S;
 static int soak_revokes_on_unmap;	/* the client revokes on munmap (peermem) */
+static int soak_pfn;			/* PFN rounds: peermem with pfnmap=1 and the exporter */
+#define PFN_SLOT (256 * 1024UL)		/* each thread's part of the exporter's buffer */
+#define PFN_LEN (64 * 2 * PFN_SLOT)	/* 64 processes x 2 threads */
 
 struct soak_opts {
 	long long rounds;
@@ -96,7 +110,9 @@ static uint32_t rnd(uint32_t *s)
 /* One worker thread: its own verbs context, PD, QPs and host buffer. */
 struct worker {
 	int fd;			/* /dev/gpusim of the process */
+	int pfd;		/* /dev/pfnmap_exporter of the process, or -1 */
 	int idx;
+	int slot;		/* its PFN_SLOT in the exporter's buffer */
 	uint32_t seed;
 	struct conn c;
 	uint8_t *h;		/* host buffer, 2 x 64 KiB */
@@ -302,12 +318,136 @@ static void round_once(struct worker *w, int may_exit)
 	atomic_fetch_add(&S->rounds, 1);
 }
 
+/* A round on PFN-mapped memory (see the top of the file). */
+static void round_pfn(struct worker *w, int may_exit)
+{
+	struct ibv_mr *mr[2] = { 0 };
+	uint8_t *map, *base[2], *slot;
+	uint32_t mlen[2];
+	int n, i, t;
+
+	map = exporter_map(w->pfd, PFN_LEN, PROT_READ | PROT_WRITE, MAP_SHARED);
+	if (!map) {
+		soak_error("thread %d: mmap of the exporter: %s", w->idx, strerror(errno));
+		usleep(10000);
+		return;
+	}
+	slot = map + (size_t)w->slot * PFN_SLOT;
+	n = 1 + rnd(&w->seed) % 2;
+	for (i = 0; i < n; i++) {
+		size_t off = 0, len = PFN_SLOT;
+
+		if (i) {	/* an unaligned sub-range of at least 4 KiB */
+			off = (rnd(&w->seed) % (PFN_SLOT / 2)) & ~7ul;
+			len = 4096 + rnd(&w->seed) % (PFN_SLOT - off - 4096);
+		}
+		base[i] = slot + off;
+		mlen[i] = len;
+		mr[i] = ibv_reg_mr(w->c.pd, base[i], len, MR_ACCESS);
+		if (!mr[i]) {
+			soak_error("thread %d: ibv_reg_mr on PFN memory (%zu bytes at +%zu): %s",
+				   w->idx, len, off, strerror(errno));
+			n = i;
+			break;
+		}
+		atomic_fetch_add(&S->regs, 1);
+	}
+	for (i = 0; i < n; i++) {
+		uint32_t len = mlen[i] < CHUNK ? mlen[i] : CHUNK;
+		uint32_t at = (rnd(&w->seed) % (mlen[i] - len + 1)) & ~3u;
+
+		write_read(w, mr[i], base[i] + at, len);
+	}
+	t = rnd(&w->seed) % T_N;
+	if ((t == T_EXIT && !may_exit) || t == T_FREE || !n)
+		t = T_DEREG;
+	atomic_fetch_add(&S->teardown[t], 1);
+	atomic_fetch_add(&S->pfn_rounds, 1);
+	switch (t) {
+	case T_EXIT:
+		atomic_fetch_add(&S->rounds, 1);
+		fflush(stdout);
+		_exit(0);
+	case T_MUNMAP:
+	case T_MREMAP:
+	case T_FIXED: {
+		uint8_t *old = base[0];
+		void *p;
+
+		if (t == T_MUNMAP) {
+			munmap(map, PFN_LEN);
+			map = NULL;
+		} else if (t == T_MREMAP) {
+			void *to = free_range(PFN_LEN);
+
+			p = to ? mremap(map, PFN_LEN, PFN_LEN, MREMAP_MAYMOVE | MREMAP_FIXED, to) :
+				 MAP_FAILED;
+			if (p == MAP_FAILED) {
+				soak_error("thread %d: mremap of the PFN mapping: %s", w->idx,
+					   strerror(errno));
+				break;
+			}
+			map = p;
+		} else {
+			p = mmap(slot, PFN_SLOT, PROT_READ | PROT_WRITE,
+				 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p == MAP_FAILED) {
+				soak_error("thread %d: mmap(MAP_FIXED) over the PFN mapping: %s",
+					   w->idx, strerror(errno));
+				break;
+			}
+			memset(p, 0x5a, PFN_SLOT);
+			fill(w->h, 4096, 0xdead);
+			op_status(w, IBV_WR_RDMA_WRITE, w->h, 4096, (uintptr_t)old, mr[0]->rkey);
+			for (size_t k = 0; k < PFN_SLOT; k++)
+				if (((uint8_t *)p)[k] != 0x5a)
+					atomic_fetch_add(&S->wrong_bytes, 1);
+		}
+		/* The call returned: the revocation is complete already. */
+		atomic_fetch_add(&S->revoke_waits, 1);
+		if (op_status(w, IBV_WR_RDMA_READ, w->h + CHUNK, 64, (uintptr_t)old, mr[0]->rkey) != 1)
+			atomic_fetch_add(&S->pfn_revoke_late, 1);
+		break;
+	}
+	case T_FORK: {
+		pid_t pid;
+		int st;
+
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0)
+			_exit(0);
+		if (pid < 0 || waitpid(pid, &st, 0) != pid)
+			soak_error("thread %d: fork/wait failed", w->idx);
+		/* The child's copy of the mapping went; ours did not: the MRs work. */
+		for (i = 0; i < n; i++) {
+			uint32_t len = mlen[i] < 4096 ? mlen[i] : 4096;
+
+			write_read(w, mr[i], base[i], len);
+		}
+		break;
+	}
+	default:
+		break;
+	}
+	for (i = 0; i < n; i++)
+		if (ibv_dereg_mr(mr[i]))
+			soak_error("thread %d: ibv_dereg_mr (PFN) failed", w->idx);
+	if (map)
+		munmap(map, PFN_LEN);
+	atomic_fetch_add(&S->rounds, 1);
+}
+
 static void *worker_thread(void *arg)
 {
 	struct worker *w = arg;
 
-	while (!atomic_load(&S->stop) && atomic_load(&S->rounds) < S->target)
-		round_once(w, w->idx == 0);
+	while (!atomic_load(&S->stop) && atomic_load(&S->rounds) < S->target) {
+		if (w->pfd >= 0 && rnd(&w->seed) % 4 == 0)
+			round_pfn(w, w->idx == 0);
+		else
+			round_once(w, w->idx == 0);
+	}
 	return NULL;
 }
 
@@ -317,14 +457,17 @@ static int worker_process(int id, uint32_t seed)
 	struct worker w[2];
 	pthread_t t[2];
 	int fd = open("/dev/gpusim", O_RDWR);
+	int pfd = soak_pfn ? open(PFNMAP_DEV, O_RDWR) : -1;
 
-	if (fd < 0) {
-		soak_error("worker %d: open /dev/gpusim: %s", id, strerror(errno));
+	if (fd < 0 || (soak_pfn && pfd < 0)) {
+		soak_error("worker %d: open /dev/gpusim or the exporter: %s", id, strerror(errno));
 		return 1;
 	}
 	for (int i = 0; i < 2; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
 		w[i].fd = fd;
+		w[i].pfd = pfd;
+		w[i].slot = id * 2 + i;
 		w[i].idx = i;
 		w[i].seed = seed * 2654435761u + i + 1;
 		if (conn_open(&w[i].c)) {
@@ -347,6 +490,8 @@ static int worker_process(int id, uint32_t seed)
 		conn_close(&w[i].c);
 	}
 	close(fd);
+	if (pfd >= 0)
+		close(pfd);
 	return 0;
 }
 
@@ -359,7 +504,8 @@ static int soak_load(const struct soak_opts *o)
 	char ko[600];
 
 	if (!strcmp(o->client, "peermem")) {
-		load_modules(NULL);	/* gpusim (if needed) and peermem, knobs reset */
+		/* gpusim (if needed) and peermem, knobs reset */
+		load_modules(soak_pfn ? "pfnmap=1" : NULL);
 		soak_core_name = pm_name;
 		soak_revokes_on_unmap = pm_param_on("mmu_notifier");
 		return 0;
@@ -396,7 +542,7 @@ static int soak_idle(const struct soak_opts *o)
 {
 	struct peer_stats s;
 	int ok_core = peer_stats(soak_core_name, &s) == 0 && core_all_released(&s);
-	int ok_pm = strcmp(o->client, "peermem") || pm_idle();
+	int ok_pm = strcmp(o->client, "peermem") || (pm_idle() && (!soak_pfn || pf_idle()));
 
 	if (gs_idle() && ok_core && ok_pm)
 		return 1;
@@ -404,6 +550,8 @@ static int soak_idle(const struct soak_opts *o)
 	peer_stats_diag(soak_core_name);
 	if (!strcmp(o->client, "peermem"))
 		pm_diag();
+	if (soak_pfn)
+		pmc_diag("pfn", PMDBG_PFN);
 	return 0;
 }
 
@@ -413,7 +561,7 @@ static int soak_idle_cond(void)
 	struct peer_stats s;
 
 	return gs_idle() && peer_stats(soak_core_name, &s) == 0 && core_all_released(&s) &&
-	       (!idle_cond_client || pm_idle());
+	       (!idle_cond_client || (pm_idle() && (!soak_pfn || pf_idle())));
 }
 
 /* Delay knobs for an epoch: none, gpusim's, or gpusim's and peermem's. */
@@ -459,6 +607,25 @@ static int soak_main(const struct soak_opts *o)
 		bail("mmap of the shared counters failed");
 	memset(S, 0, sizeof(*S));
 	rxe_up();
+	/*
+	 * PFN rounds: peermem only (nvidia-peermem serves no PFN-mapped
+	 * memory), when the exporter is built; SOAK_PFN=0 turns them off.
+	 */
+	if (!strcmp(o->client, "peermem") && !(getenv("SOAK_PFN") && !strcmp(getenv("SOAK_PFN"), "0"))) {
+		char ko[600];
+
+		snprintf(ko, sizeof(ko), "%s/tests/pfnmap/pfnmap_exporter.ko", root_dir());
+		soak_pfn = access(ko, R_OK) == 0;
+		if (soak_pfn) {
+			int efd;
+
+			exporter_load();
+			efd = exporter_open(O_RDWR);
+			if (exporter_alloc(efd, PFN_LEN, PFNMAP_RESERVED, NULL))
+				bail("the exporter cannot allocate %lu MiB", PFN_LEN >> 20);
+			close(efd);
+		}
+	}
 	if (soak_load(o))
 		bail("cannot load %s", o->client);
 	idle_cond_client = !strcmp(o->client, "peermem");
@@ -545,6 +712,7 @@ static int soak_main(const struct soak_opts *o)
 	     now_s() - t0);
 	for (int t = 0; t < T_N; t++)
 		diag("  %-7s %lld", tname[t], (long long)atomic_load(&S->teardown[t]));
+	diag("  of all rounds, on PFN-mapped memory: %lld", (long long)atomic_load(&S->pfn_rounds));
 	diag("  MRs %lld, RDMA operations %lld, bytes checked %lld, worker exits %d, reloads %d",
 	     (long long)atomic_load(&S->regs), (long long)atomic_load(&S->rdma),
 	     (long long)atomic_load(&S->bytes_checked), exits, reloads);
@@ -567,11 +735,26 @@ static int soak_main(const struct soak_opts *o)
 	else
 		skip("%s: revocation on munmap/mremap/MAP_FIXED not checked: the client has no mmu notifier",
 		     o->client);
+	if (soak_pfn)
+		ok(atomic_load(&S->pfn_rounds) > 0 && atomic_load(&S->pfn_revoke_late) == 0,
+		   "%s: %lld rounds on PFN-mapped memory (pfnmap=1); every munmap/mremap/MAP_FIXED of one had revoked its MR when it returned (%lld not)",
+		   o->client, (long long)atomic_load(&S->pfn_rounds),
+		   (long long)atomic_load(&S->pfn_revoke_late));
+	else
+		skip("%s: no rounds on PFN-mapped memory (not peermem, tests/pfnmap not built, or SOAK_PFN=0)",
+		     o->client);
 	ok(idle_fail == 0, "%s: after every epoch nothing was left registered, pinned, mapped or allocated (%d epochs failed)",
 	   o->client, idle_fail);
 	ok(load_fail == 0, "%s: every unload and reload worked (%d reloads, %d failed)", o->client,
 	   reloads, load_fail);
 	ok(soak_unload(o) == 0, "%s: the client unloads at the end", o->client);
+	if (soak_pfn) {
+		int efd = exporter_open(O_RDWR);
+
+		ioctl(efd, PFNMAP_IOC_FREE);
+		close(efd);
+		ok(run("rmmod pfnmap_exporter") == 0, "the PFN exporter unloads at the end");
+	}
 	return finish();
 }
 

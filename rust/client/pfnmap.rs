@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The PFN-map page source: memory registrations on PFN-mapped memory
+//! (a driver's `mmap` through `remap_pfn_range`, `VM_PFNMAP`) that is RAM
+//! the kernel does not manage (reserved at boot), served by the
+//! invalidating client `nv_mem` when the GPU source declined the range and
+//! the `pfnmap` parameter is on. See docs/module.md, "PFN-mapped memory".
+//!
+//! A PFN registration is a [`Registration`] like a GPU one (same phases,
+//! same address watch, same revocation through the core), with
+//! [`Source::Pfn`]: its "pin" is the list of physical runs read under the
+//! mmap lock, and nothing is given back at `put_pages`. No reference on
+//! the memory is held, so the registration must never outlive what the
+//! address maps: its watch is a *blocking* one
+//! ([`AddressWatch::set_blocking`]), started before the PFNs are read and
+//! checked after (`mmu_interval_read_begin`/`retry`); any invalidation of
+//! the range (munmap, mremap, `MAP_FIXED`, the driver's
+//! `unmap_mapping_range`, mprotect, process exit) revokes the registration
+//! through the core before the kernel goes on changing the mapping.
+
+use super::range::{coalesce, count_segments, GpuRange, SegmentLimits};
+use super::registration::{self, install_pfn, Source};
+use super::stats::{Stats, STATS_PFN};
+use super::{Kind, Registration};
+use crate::kapi::device::PciDev;
+use crate::kapi::mmu_notifier::AddressWatch;
+use crate::kapi::pfnmap::{self, PfnMapping, PfnRuns, Refusal, Unresolved};
+use crate::kapi::print::warn_ratelimited;
+use crate::kapi::scatterlist::SgTable;
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+/// Set once a PFN range was declined because there is no address watch.
+static NO_WATCH_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// `acquire` for a range the GPU source declined: claims it if it is
+/// PFN-mapped RAM the kernel does not manage and the source is enabled.
+pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> {
+    // Only the invalidating client can revoke; only it serves this source.
+    if kind != Kind::Invalidating || !pfnmap::param_enabled() {
+        return None;
+    }
+    let stats = &STATS_PFN;
+    let ps = pfnmap::PAGE_SIZE;
+    let start = range.addr() & !(ps - 1);
+    // No overflow: `GpuRange` guarantees that the 64 KiB-aligned end fits.
+    let end = (range.end() + ps - 1) & !(ps - 1);
+    let watch = match AddressWatch::new() {
+        Ok(Some(w)) => w,
+        Ok(None) => {
+            if !NO_WATCH_REPORTED.swap(true, Ordering::Relaxed) {
+                pr_warn!("pfnmap=Y but no address watch (mmu_notifier=N, or a kernel caller): PFN-mapped memory is not served without one (reported once)\n");
+            }
+            return None;
+        }
+        Err(_) => {
+            stats.errors.inc();
+            warn_ratelimited(c"out of memory in acquire (PFN-map source); the range is not served");
+            return None;
+        }
+    };
+    watch.set_blocking();
+    let Ok(reg) = registration::new(kind, Source::Pfn, range, Some(watch)) else {
+        stats.errors.inc();
+        warn_ratelimited(c"out of memory in acquire (PFN-map source); the range is not served");
+        return None;
+    };
+    let w = reg.watch()?;
+    // Armed before the page tables are read.
+    // SAFETY: every path that gives up a reference to `reg` stops the watch
+    // first: the decline paths below, and `release` (registration.rs)
+    // before the core's reference goes.
+    if let Err(e) = unsafe { w.start(reg.as_arc_borrow(), start, end - start) } {
+        stats.errors.inc();
+        stats.registrations_declined.inc();
+        pr_err!(
+            "cannot watch {:#x}+{:#x} for address-space changes (error {}); PFN-mapped memory is not served without a watch\n",
+            start,
+            end - start,
+            e.to_errno()
+        );
+        return None;
+    }
+    let decline = |reg: &Registration| {
+        reg.stop_watch();
+        stats.registrations_declined.inc();
+    };
+    let Some(seq) = w.read_begin() else {
+        decline(&reg);
+        return None;
+    };
+    let runs = match PfnRuns::resolve(start, end - start) {
+        Ok(runs) => runs,
+        Err(Unresolved::Refused(why, _at)) => {
+            decline(&reg);
+            report_refusal(why);
+            return None;
+        }
+        Err(Unresolved::Failed(e)) => {
+            decline(&reg);
+            if e != EINTR {
+                stats.errors.inc();
+                pr_warn!(
+                    "reading the PFNs of {:#x}+{:#x} failed ({}); the range is not served\n",
+                    start,
+                    end - start,
+                    e.to_errno()
+                );
+            }
+            return None;
+        }
+    };
+    let bytes = runs.bytes();
+    if !install_pfn(&reg, runs, || w.read_retry(seq)) {
+        // The range changed while it was read: what was read may be stale.
+        decline(&reg);
+        warn_ratelimited(c"a PFN-mapped range changed while it was being registered; the registration fails (retry it)");
+        return None;
+    }
+    stats.page_tables_pinned.inc();
+    stats.pages_pinned.add(bytes / ps);
+    stats.bytes_pinned.add(bytes);
+    stats.registrations_acquired.inc();
+    Some(reg)
+}
+
+/// Logs why a PFN-mapped range is refused (rate-limited); silent for a
+/// range that is not PFN-mapped at all (not this source's memory).
+fn report_refusal(why: Refusal) {
+    if !matches!(why, Refusal::NoMapping | Refusal::NotPfnmap) {
+        warn_ratelimited(why.message());
+    }
+}
+
+/// `get_pages`: a writable umem needs every page mapped writable.
+pub(super) fn check_access(runs: &PfnRuns, read_only: bool) -> Result {
+    if read_only || runs.writable() {
+        return Ok(());
+    }
+    STATS_PFN.errors.inc();
+    warn_ratelimited(c"a writable registration of a read-only PFN mapping is refused with EACCES; register it without write access or map it writable");
+    Err(EACCES)
+}
+
+/// `dma_map` of a PFN registration's runs for `pdev`: `dma_map_resource`
+/// per run, then the pages' bus addresses coalesced into as few entries as
+/// the device's segment limits allow. Returns the table, the mapping and
+/// the number of pages (entries before coalescing).
+pub(super) fn dma_map(
+    runs: PfnRuns,
+    pdev: &PciDev,
+    max_seg_size: u32,
+    seg_boundary: u64,
+    device_writes: bool,
+) -> core::result::Result<(SgTable, PfnMapping, u32), (PfnRuns, Error)> {
+    let ps = pfnmap::PAGE_SIZE;
+    let Ok(limits) = SegmentLimits::new(ps, max_seg_size, seg_boundary) else {
+        pr_err!(
+            "the DMA device's segment limits (max {:#x}, boundary {:#x}) are below a page; PFN-mapped memory cannot be mapped for it\n",
+            max_seg_size,
+            seg_boundary
+        );
+        return Err((runs, EINVAL));
+    };
+    let pages = runs.bytes() / ps;
+    let m = match runs.dma_map(pdev, device_writes) {
+        Ok(m) => m,
+        Err((runs, e)) => {
+            warn_ratelimited(
+                c"dma_map_resource failed for PFN-mapped memory; the registration fails with EIO",
+            );
+            return Err((runs, e));
+        }
+    };
+    let fill = |m: &PfnMapping| -> Result<SgTable> {
+        let n = count_segments(m.page_addrs(), &limits)?;
+        let n = u32::try_from(n).map_err(|_| EINVAL)?;
+        let mut sgt = SgTable::new(n)?;
+        let mut cur = sgt.cursor();
+        for seg in coalesce(m.page_addrs(), limits) {
+            cur.set_dma(seg.addr, seg.len)?;
+        }
+        Ok(sgt)
+    };
+    match fill(&m) {
+        // At most 2^40 / 4 KiB pages (`MAX_RANGE_LEN`): fits.
+        Ok(sgt) => Ok((sgt, m, pages as u32)),
+        Err(e) => Err((m.unmap(), e)),
+    }
+}
+
+/// `put_pages`/`release` of a PFN registration: nothing to give back,
+/// only counted.
+pub(super) fn count_released(stats: &Stats, runs: &PfnRuns) {
+    let bytes = runs.bytes();
+    stats.page_tables_unpinned.inc();
+    stats.pages_unpinned.add(bytes / pfnmap::PAGE_SIZE);
+    stats.bytes_unpinned.add(bytes);
+}

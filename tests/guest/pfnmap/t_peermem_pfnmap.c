@@ -1,0 +1,446 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * t_peermem_pfnmap - peermem's PFN-map source (docs/module.md, "PFN-mapped
+ * memory") on the rig's exporter, a stand-in for a data-acquisition driver
+ * that maps reserved RAM to user space with remap_pfn_range:
+ *
+ *  - ibv_reg_mr on the mapping fails without pfnmap=1 (pin_user_pages
+ *    refuses VM_PFNMAP) and succeeds with it, coalesced into at most one
+ *    scatter entry per physically contiguous 4 MiB piece;
+ *  - RDMA WRITE and READ through the MR, every byte checked through the
+ *    exporter's own CPU view (not through the user mapping);
+ *  - the exporter zapping its mappings (unmap_mapping_range), reallocating
+ *    its buffer, munmap, mprotect and process exit revoke the MR *before* the call
+ *    that changed the mapping returns (the counters have moved when it
+ *    returns, no waiting), the next RDMA completes in error and no byte
+ *    of the old or the new memory is written;
+ *  - a writable MR on a read-only mapping is refused (EACCES), a
+ *    read-only one works; a copy-on-write (private, writable) mapping and
+ *    ordinary kernel pages (not reserved) are refused;
+ *  - the source's counters move and come back to zero, the core's
+ *    balance, nothing leaks.
+ */
+#include "pfnmap_test.h"
+
+#define LEN (8u << 20)		/* two 4 MiB pieces of the exporter */
+
+static struct conn c;
+static struct ibv_mr *lmr;	/* the local (host memory) side of every RDMA */
+static uint8_t *h, *cpu, *cpu2;
+static int efd;
+
+static const char *wc_str(int rc)
+{
+	return rc < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)rc);
+}
+
+/* RDMA op between h + hoff and the remote MR at raddr; recreates the QPs after an error. */
+static int rdma(enum ibv_wr_opcode op, uint64_t hoff, uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	int rc = rdma_op(&c, op, lmr, h + hoff, len, raddr, rkey);
+
+	if (rc && conn_qps(&c))
+		bail("cannot recreate the QPs after an error completion");
+	return rc;
+}
+
+/* The exporter's current buffer, bytes [off, off + len), equals p. */
+static int cpu_view_is(int old, uint64_t off, const void *p, uint64_t len)
+{
+	uint8_t *b = old ? cpu2 : cpu;
+
+	if (exporter_rw(efd, 0, old, off, b, len))
+		return 0;
+	return !memcmp(b, p, len);
+}
+
+struct snap {
+	long long acq, decl, inv, chg, maps, unmaps;
+	struct peer_stats ps;
+};
+
+static void take(struct snap *s)
+{
+	s->acq = pf("registrations_acquired");
+	s->decl = pf("registrations_declined");
+	s->inv = pf("invalidations_mmu_notifier");
+	s->chg = pf("address_changes");
+	s->maps = pf("dma_maps");
+	s->unmaps = pf("dma_unmaps");
+	if (peer_stats(pm_name, &s->ps))
+		bail("cannot read the core's counters of %s", pm_name);
+}
+
+/*
+ * A revocation is complete when the call that changed the mapping
+ * returned: the notifier waited for it. Checked without any waiting.
+ */
+static int revoked_now(const struct snap *s0, const char *what)
+{
+	struct snap s1;
+
+	take(&s1);
+	if (s1.inv == s0->inv + 1 && s1.chg == s0->chg + 1 && s1.unmaps == s0->unmaps + 1 &&
+	    s1.ps.invalidated_mrs == s0->ps.invalidated_mrs + 1 && pmc_live_maps(PMDBG_PFN) == 0 &&
+	    pmc_live_pins(PMDBG_PFN) == 0)
+		return 1;
+	diag("%s: invalidations_mmu_notifier %+lld address_changes %+lld dma_unmaps %+lld core invalidated %+lld, live maps %lld pins %lld",
+	     what, s1.inv - s0->inv, s1.chg - s0->chg, s1.unmaps - s0->unmaps,
+	     s1.ps.invalidated_mrs - s0->ps.invalidated_mrs, pmc_live_maps(PMDBG_PFN),
+	     pmc_live_pins(PMDBG_PFN));
+	return 0;
+}
+
+static int balanced(void)
+{
+	struct peer_stats s;
+
+	return !peer_stats(pm_name, &s) && peer_stats_balanced(&s);
+}
+
+static uint8_t *map_rw(void)
+{
+	uint8_t *p = exporter_map(efd, LEN, PROT_READ | PROT_WRITE, MAP_SHARED);
+
+	if (!p)
+		bail("mmap of the exporter: %s", strerror(errno));
+	return p;
+}
+
+/* Register [p, p + len) or bail out. */
+static struct ibv_mr *reg(void *p, size_t len, int access)
+{
+	struct ibv_mr *mr = ibv_reg_mr(c.pd, p, len, access);
+
+	if (!mr)
+		bail("ibv_reg_mr on the PFN mapping: %s", strerror(errno));
+	return mr;
+}
+
+static void test_without_option(void)
+{
+	uint32_t chunks = 0;
+	struct ibv_mr *mr;
+	uint8_t *p;
+	int e, rc;
+
+	load_modules(NULL);
+	ok(!pm_param_on("pfnmap"), "peermem loaded with its defaults: pfnmap is off");
+	rc = exporter_alloc(efd, LEN, PFNMAP_RESERVED, &chunks);
+	ok(rc == 0 && chunks == 2,
+	   "exporter: 8 MiB of reserved RAM in %u physically contiguous pieces", chunks);
+	p = map_rw();
+	errno = 0;
+	mr = ibv_reg_mr(c.pd, p, LEN, MR_ACCESS);
+	e = errno;
+	ok(!mr && e == EFAULT && pf("registrations_acquired") == 0,
+	   "without pfnmap: ibv_reg_mr on the PFN mapping fails with EFAULT, as without peermem (got %s, errno %d; pfn acquired %lld)",
+	   mr ? "an MR" : "NULL", e, pf("registrations_acquired"));
+	if (mr)
+		ibv_dereg_mr(mr);
+	munmap(p, LEN);
+}
+
+static void test_write_read(void)
+{
+	struct snap s0, s1;
+	struct ibv_mr *mr;
+	uint8_t *p;
+	int rc;
+
+	load_modules("pfnmap=1");
+	ok(pm_param_on("pfnmap"), "peermem reloaded with pfnmap=1");
+	if (conn_open(&c))
+		bail("cannot open rxe0 after the reload");
+	lmr = ibv_reg_mr(c.pd, h, LEN, MR_ACCESS);
+	if (!lmr)
+		bail("ibv_reg_mr on host memory: %s", strerror(errno));
+	p = map_rw();
+	take(&s0);
+	mr = ibv_reg_mr(c.pd, p, LEN, MR_ACCESS);
+	take(&s1);
+	ok(mr != NULL && s1.acq == s0.acq + 1 && s1.maps == s0.maps + 1 &&
+	   s1.ps.alloc_mrs == s0.ps.alloc_mrs + 1,
+	   "with pfnmap: ibv_reg_mr on the 8 MiB PFN mapping succeeds through %s (errno %d; pfn acquired %+lld dma_maps %+lld)",
+	   pm_name, mr ? 0 : errno, s1.acq - s0.acq, s1.maps - s0.maps);
+	if (!mr)
+		bail("no MR; the rest would mean nothing");
+	ok(pf("sg_entries_uncoalesced") == LEN / 4096 && pf("sg_entries_coalesced") >= 1 &&
+	   pf("sg_entries_coalesced") <= 2 && pf("pages_pinned") == LEN / 4096 &&
+	   pf("bytes_pinned") == LEN,
+	   "2048 pages coalesced into %lld scatter entries (at most one per contiguous piece; rxe_dma's max segment is 2 GiB)",
+	   pf("sg_entries_coalesced"));
+
+	fill(h, LEN, 0x1111);
+	rc = rdma(IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)p, mr->rkey);
+	ok(rc == 0 && cpu_view_is(0, 0, h, LEN),
+	   "RDMA WRITE of 8 MiB into the PFN MR: status %d, every byte in the exporter's buffer", rc);
+	fill(cpu2, LEN, 0x2222);
+	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
+		bail("cannot write through the exporter's CPU view");
+	memset(h, 0, LEN);
+	rc = rdma(IBV_WR_RDMA_READ, 0, LEN, (uintptr_t)p, mr->rkey);
+	ok(rc == 0 && check(h, LEN, 0x2222),
+	   "RDMA READ of 8 MiB from the PFN MR: status %d, every byte is what the exporter wrote", rc);
+	/* An unaligned piece across the two physical pieces. */
+	fill(h, 100000, 0x3333);
+	rc = rdma(IBV_WR_RDMA_WRITE, 0, 100000, (uintptr_t)p + (4u << 20) - 50001, mr->rkey);
+	fill(cpu2, LEN, 0x2222);
+	memcpy(cpu2 + (4u << 20) - 50001, h, 100000);
+	ok(rc == 0 && cpu_view_is(0, 0, cpu2, LEN),
+	   "RDMA WRITE of 100000 bytes at an odd offset across the 4 MiB boundary lands there and nowhere else (status %d)", rc);
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	   "ibv_dereg_mr; the pfn counters are back to zero live, the core's balance");
+	if (!pf_idle())
+		pmc_diag("pfn", PMDBG_PFN);
+	munmap(p, LEN);
+}
+
+/* The exporter zaps (unmap_mapping_range) or reallocates: the MR is revoked first. */
+static void test_driver_change(int realloc)
+{
+	const char *what = realloc ? "realloc" : "zap";
+	struct snap s0;
+	struct ibv_mr *mr;
+	uint8_t *p;
+	int rc;
+
+	fill(cpu2, LEN, 0x4444);
+	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
+		bail("cannot write through the exporter's CPU view");
+	p = map_rw();
+	mr = reg(p, LEN, MR_ACCESS);
+	fill(h, 4096, 0x4545);
+	rc = rdma(IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)p + 8192, mr->rkey);
+	memcpy(cpu2 + 8192, h, 4096);
+	ok(rc == 0 && cpu_view_is(0, 0, cpu2, LEN), "%s: the MR works before (status %d)", what, rc);
+	take(&s0);
+	if (ioctl(efd, realloc ? PFNMAP_IOC_REALLOC : PFNMAP_IOC_ZAP))
+		bail("%s ioctl: %s", what, strerror(errno));
+	ok(revoked_now(&s0, what),
+	   "%s: when the exporter's unmap_mapping_range returned, the MR was revoked (pfn invalidations_mmu_notifier +1, address_changes +1, dma_unmaps +1, core num_invalidated_mrs +1)",
+	   what);
+	fill(h, LEN, 0x4646);
+	rc = rdma(IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)p, mr->rkey);
+	ok(rc == IBV_WC_REM_ACCESS_ERR, "%s: RDMA WRITE to the revoked MR completes with status 10, remote access error (got %d, %s)",
+	   what, rc, wc_str(rc));
+	if (realloc) {
+		memset(cpu2, 0x5a, LEN);
+		ok(cpu_view_is(0, 0, cpu2, LEN),
+		   "realloc: no byte of the exporter's new buffer was written");
+		fill(cpu2, LEN, 0x4444);
+		fill(h, 4096, 0x4545);
+		memcpy(cpu2 + 8192, h, 4096);
+		ok(cpu_view_is(1, 0, cpu2, LEN),
+		   "realloc: no byte of the retired buffer was written after the zap");
+	} else {
+		fill(h, 4096, 0x4545);
+		memcpy(cpu2 + 8192, h, 4096);
+		ok(cpu_view_is(0, 0, cpu2, LEN), "zap: no byte of the buffer was written after the zap");
+	}
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	   "%s: ibv_dereg_mr of the revoked MR; pfn counters idle, the core's balance", what);
+	if (!pf_idle())
+		pmc_diag("pfn", PMDBG_PFN);
+	munmap(p, LEN);
+}
+
+static void test_munmap(void)
+{
+	struct snap s0;
+	struct ibv_mr *mr;
+	uint8_t *p;
+	int rc;
+
+	fill(cpu2, LEN, 0x6666);
+	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
+		bail("cannot write through the exporter's CPU view");
+	p = map_rw();
+	mr = reg(p, LEN, MR_ACCESS);
+	take(&s0);
+	ok(munmap(p, LEN) == 0 && revoked_now(&s0, "munmap"),
+	   "munmap: when munmap returned, the MR was revoked (pfn invalidations_mmu_notifier +1, address_changes +1, core num_invalidated_mrs +1)");
+	fill(h, LEN, 0x6767);
+	rc = rdma(IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)p, mr->rkey);
+	ok(rc == IBV_WC_REM_ACCESS_ERR && cpu_view_is(0, 0, cpu2, LEN),
+	   "munmap: RDMA WRITE to the revoked MR completes with status 10 and writes nothing (got %d, %s)",
+	   rc, wc_str(rc));
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	   "munmap: ibv_dereg_mr; pfn counters idle, the core's balance");
+}
+
+/* mprotect invalidates the range too: the MR is revoked (even for a read-only MR). */
+static void test_mprotect(void)
+{
+	struct snap s0;
+	struct ibv_mr *mr;
+	uint8_t *p;
+	int rc;
+
+	p = map_rw();
+	mr = reg(p, LEN, IBV_ACCESS_REMOTE_READ);
+	take(&s0);
+	ok(mprotect(p, LEN, PROT_READ) == 0 && revoked_now(&s0, "mprotect"),
+	   "mprotect: when mprotect(PROT_READ) returned, the (read-only) MR was revoked");
+	rc = rdma(IBV_WR_RDMA_READ, 0, 4096, (uintptr_t)p, mr->rkey);
+	ok(rc == IBV_WC_REM_ACCESS_ERR, "mprotect: RDMA READ from the revoked MR completes with status 10 (got %d, %s)",
+	   rc, wc_str(rc));
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	   "mprotect: ibv_dereg_mr; pfn counters idle, the core's balance");
+	munmap(p, LEN);
+}
+
+/* A child registers the PFN mapping and exits holding the MR. */
+static void test_exit(void)
+{
+	struct snap s0, s1;
+	pid_t pid;
+	int st = -1;
+
+	take(&s0);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		struct conn cc;
+		struct ibv_mr *mr;
+		uint8_t *p;
+
+		if (conn_open(&cc))
+			_exit(20);
+		p = exporter_map(efd, LEN, PROT_READ | PROT_WRITE, MAP_SHARED);
+		if (!p)
+			_exit(21);
+		mr = ibv_reg_mr(cc.pd, p, LEN, MR_ACCESS);
+		if (!mr)
+			_exit(22);
+		if (rdma_op(&cc, IBV_WR_RDMA_READ, mr, p, 4096, (uintptr_t)p + 8192, mr->rkey))
+			_exit(23);
+		_exit(0);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		bail("fork/waitpid: %s", strerror(errno));
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "exit: a child registered the PFN mapping, used it, and exited holding the MR (status %d)",
+	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	ok(wait_for(pf_idle, 10) && wait_for(balanced, 10), "exit: the child's MR is gone, pfn counters idle, the core's balance");
+	take(&s1);
+	ok(s1.inv == s0.inv + 1 && s1.ps.invalidated_mrs == s0.ps.invalidated_mrs + 1,
+	   "exit: the MR was revoked by the address watch at the address space's teardown, before uverbs released it (pfn invalidations_mmu_notifier %+lld, core num_invalidated_mrs %+lld)",
+	   s1.inv - s0.inv, s1.ps.invalidated_mrs - s0.ps.invalidated_mrs);
+}
+
+static void test_read_only(void)
+{
+	struct ibv_mr *mr;
+	uint8_t *p;
+	int rfd, e, rc;
+
+	fill(cpu2, LEN, 0x7777);
+	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
+		bail("cannot write through the exporter's CPU view");
+	rfd = exporter_open(O_RDONLY);
+	p = exporter_map(rfd, LEN, PROT_READ, MAP_SHARED);
+	if (!p)
+		bail("read-only mmap: %s", strerror(errno));
+	errno = 0;
+	mr = ibv_reg_mr(c.pd, p, LEN, MR_ACCESS);
+	e = errno;
+	ok(!mr && e == EACCES,
+	   "read-only mapping: a writable MR (LOCAL_WRITE|REMOTE_WRITE) is refused with EACCES (got %s, errno %d)",
+	   mr ? "an MR" : "NULL", e);
+	if (mr)
+		ibv_dereg_mr(mr);
+	mr = ibv_reg_mr(c.pd, p, LEN, IBV_ACCESS_REMOTE_READ);
+	ok(mr != NULL, "read-only mapping: a REMOTE_READ-only MR is accepted (errno %d)", mr ? 0 : errno);
+	if (mr) {
+		memset(h, 0, LEN);
+		rc = rdma(IBV_WR_RDMA_READ, 0, LEN, (uintptr_t)p, mr->rkey);
+		ok(rc == 0 && check(h, LEN, 0x7777), "read-only mapping: RDMA READ of 8 MiB, every byte right (status %d)", rc);
+		fill(h, 4096, 0x7878);
+		rc = rdma(IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)p, mr->rkey);
+		ok(rc == IBV_WC_REM_ACCESS_ERR && cpu_view_is(0, 0, cpu2, LEN),
+		   "read-only mapping: RDMA WRITE to it completes with status 10 and writes nothing (got %d, %s)",
+		   rc, wc_str(rc));
+		ok(ibv_dereg_mr(mr) == 0, "read-only mapping: ibv_dereg_mr");
+	}
+	munmap(p, LEN);
+	close(rfd);
+	ok(wait_for(pf_idle, 5) && balanced(), "read-only mapping: pfn counters idle, the core's balance");
+}
+
+/* Mappings that are not the source's: refused, nothing held. */
+static void test_refused(void)
+{
+	struct ibv_mr *mr;
+	long long d0;
+	uint8_t *p;
+	int e;
+
+	/*
+	 * remap_pfn_range maps a copy-on-write mapping only in one call: one
+	 * 4 MiB piece.
+	 */
+	if (exporter_alloc(efd, 4u << 20, PFNMAP_RESERVED, NULL))
+		bail("exporter: cannot allocate 4 MiB");
+	p = exporter_map(efd, 4u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE);
+	if (!p)
+		bail("private mmap: %s", strerror(errno));
+	d0 = pf("registrations_declined");
+	errno = 0;
+	mr = ibv_reg_mr(c.pd, p, 4u << 20, MR_ACCESS);
+	e = errno;
+	ok(!mr && e == EFAULT && pf("registrations_declined") == d0 + 1,
+	   "copy-on-write (MAP_PRIVATE, writable) PFN mapping: refused with EFAULT, pfn registrations_declined +1 (got %s, errno %d)",
+	   mr ? "an MR" : "NULL", e);
+	if (mr)
+		ibv_dereg_mr(mr);
+	munmap(p, 4u << 20);
+
+	ok(exporter_alloc(efd, LEN, 0, NULL) == 0, "exporter: 8 MiB of ordinary kernel pages (not reserved)");
+	p = map_rw();
+	d0 = pf("registrations_declined");
+	errno = 0;
+	mr = ibv_reg_mr(c.pd, p, LEN, MR_ACCESS);
+	e = errno;
+	ok(!mr && e == EFAULT && pf("registrations_declined") == d0 + 1,
+	   "PFN mapping of RAM the page allocator manages: refused with EFAULT (\"not mine\"), pfn registrations_declined +1 (got %s, errno %d)",
+	   mr ? "an MR" : "NULL", e);
+	if (mr)
+		ibv_dereg_mr(mr);
+	munmap(p, LEN);
+	ok(pf_idle() && balanced(), "refusals hold nothing: pfn counters idle, the core's balance");
+}
+
+int main(void)
+{
+	h = aligned_alloc(4096, LEN);
+	cpu = malloc(LEN);
+	cpu2 = malloc(LEN);
+	if (!h || !cpu || !cpu2)
+		bail("out of memory");
+	rxe_up();
+	exporter_load();
+	efd = exporter_open(O_RDWR);
+	if (conn_open(&c))
+		bail("cannot open rxe0");
+	test_without_option();
+	conn_close(&c);
+
+	test_write_read();
+	test_driver_change(0);
+	test_driver_change(1);
+	test_munmap();
+	test_mprotect();
+	test_exit();
+	test_read_only();
+	test_refused();
+
+	ibv_dereg_mr(lmr);
+	conn_close(&c);
+	ioctl(efd, PFNMAP_IOC_FREE);
+	close(efd);
+	ok(wait_for(all_idle, 10) && pf_idle(), "peermem (every client and the pfn source) and gpusim idle at the end");
+	ok(run("rmmod peermem") == 0 && run("rmmod pfnmap_exporter") == 0, "rmmod peermem and the exporter");
+	ok(!dmesg_has("peermem: BUG|no longer holds"), "peermem reported no internal error");
+	return finish();
+}
