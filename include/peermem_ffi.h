@@ -122,9 +122,19 @@ int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t chang
  * possibly not allowed to sleep, so it may neither sleep nor allocate.
  * how: PEERMEM_WATCH_UNMAPPED (munmap, mmap(MAP_FIXED) over the range,
  * any other unmap) or PEERMEM_WATCH_MOVED (the unmapping thread is in
- * mremap). Set once at load, before any watch starts; NULL: not called.
+ * mremap); a blocking watch (which fires on every invalidation) also
+ * PEERMEM_WATCH_EXITING (the address space is being torn down),
+ * PEERMEM_WATCH_PROTECTED (mprotect) and PEERMEM_WATCH_ZAPPED (anything
+ * else: the driver that mapped the range zapped it, unmap_mapping_range).
+ * Set once at load, before any watch starts; NULL: not called.
  */
-enum peermem_watch_how { PEERMEM_WATCH_UNMAPPED = 0, PEERMEM_WATCH_MOVED = 1 };
+enum peermem_watch_how {
+	PEERMEM_WATCH_UNMAPPED = 0,
+	PEERMEM_WATCH_MOVED = 1,
+	PEERMEM_WATCH_EXITING = 2,
+	PEERMEM_WATCH_PROTECTED = 3,
+	PEERMEM_WATCH_ZAPPED = 4,
+};
 typedef void (*peermem_watch_fired_t)(const void *reg, unsigned int how);
 void peermem_watch_set_fired(peermem_watch_fired_t fired);
 /* At unload, after every watch was stopped: runs the queued work items. */

@@ -345,6 +345,24 @@ void peermem_watch_stop(struct peermem_watch *w)
  * does not follow. A call that may not block (OOM reaper; it skips
  * VM_PFNMAP anyway) returns false, as the interval-notifier API requires.
  */
+/* Revocation events: what a blocking watch's invalidation is. */
+static unsigned int peermem_blocking_how(const struct mmu_notifier_range *range)
+{
+	/* exit_mmap(): MMU_NOTIFY_RELEASE to interval notifiers, then unmaps. */
+	if (range->event == MMU_NOTIFY_RELEASE || !atomic_read(&range->mm->mm_users))
+		return PEERMEM_WATCH_EXITING;
+	switch (range->event) {
+	case MMU_NOTIFY_UNMAP:
+		return peermem_unmap_how(range);
+	case MMU_NOTIFY_PROTECTION_VMA:
+	case MMU_NOTIFY_PROTECTION_PAGE:
+		return PEERMEM_WATCH_PROTECTED;
+	default:
+		/* MMU_NOTIFY_CLEAR: unmap_mapping_range() by the mapping's driver. */
+		return PEERMEM_WATCH_ZAPPED;
+	}
+}
+
 static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
 					      const struct mmu_notifier_range *range,
 					      unsigned long cur_seq)
@@ -353,6 +371,9 @@ static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
 		return false;
 	mmu_interval_set_seq(&w->mni, cur_seq);
 	if (!test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags)) {
+		/* Revocation events: before the work item's invalidate. */
+		if (peermem_watch_fired)
+			peermem_watch_fired(w->reg, peermem_blocking_how(range));
 		w->work_ref = peermem_watch_hold(w->reg);
 		queue_work(peermem_wq, &w->work);
 	}

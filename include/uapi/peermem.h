@@ -39,6 +39,10 @@
  *    dropped into it until it is read. On an overflow record a cache must
  *    flush every registration (it cannot know which ones were revoked).
  *
+ * Every record but PEERMEM_CAUSE_OVERFLOW is one revoked registration,
+ * whatever its cause: treat a cause this header does not name as a
+ * revocation too (causes may be added without a version change).
+ *
  * Layouts are fixed: fields only ever get added at the end of the page
  * header and in the reserved bytes, with PEERMEM_EVENTS_VERSION raised.
  * Check gen_page.version and gen_page.event_size before using records.
@@ -69,11 +73,19 @@ enum peermem_cause {
 	 */
 	PEERMEM_CAUSE_EXIT = 4,
 	/*
-	 * The GPU driver revoked the memory for a reason other than a free.
-	 * Reserved: the NVIDIA P2P free callback does not say why it runs, so
-	 * every free callback is reported as PEERMEM_CAUSE_GPU_FREE.
+	 * The driver that mapped the memory revoked it: for PFN-mapped memory
+	 * (peermem's pfnmap parameter), the exporting driver zapped its
+	 * mappings of the range (unmap_mapping_range, e.g. it reallocated its
+	 * buffer). Never for GPU memory: the NVIDIA P2P free callback does not
+	 * say why it runs, so every free callback is PEERMEM_CAUSE_GPU_FREE.
 	 */
 	PEERMEM_CAUSE_DRIVER = 5,
+	/*
+	 * The process changed the range's protection (mprotect). Only
+	 * PFN-mapped registrations are revoked for it (peermem holds no
+	 * reference on that memory, so it follows every change of the mapping).
+	 */
+	PEERMEM_CAUSE_PROTECT = 6,
 	/*
 	 * Not a revocation: the queue was full and records were dropped.
 	 * Flush the whole registration cache. start, length and client are 0.

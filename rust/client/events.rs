@@ -55,6 +55,12 @@ pub(crate) enum Cause {
     Unmap,
     /// The process moved the range (mremap).
     Move,
+    /// The process is exiting (PFN registrations; never delivered).
+    Exit,
+    /// The driver that mapped a PFN range zapped it.
+    Driver,
+    /// The process changed a PFN range's protection (mprotect).
+    Protect,
 }
 
 impl From<Unmapping> for Cause {
@@ -62,6 +68,9 @@ impl From<Unmapping> for Cause {
         match how {
             Unmapping::Unmapped => Cause::Unmap,
             Unmapping::Moved => Cause::Move,
+            Unmapping::Exiting => Cause::Exit,
+            Unmapping::Protected => Cause::Protect,
+            Unmapping::Zapped => Cause::Driver,
         }
     }
 }
@@ -363,6 +372,9 @@ fn report(owner: &MmRef, client: Kind, start: u64, length: u64, cause: Cause) {
         Cause::GpuFree => uapi::cause::GPU_FREE,
         Cause::Unmap => uapi::cause::UNMAP,
         Cause::Move => uapi::cause::MOVE,
+        Cause::Exit => uapi::cause::EXIT,
+        Cause::Driver => uapi::cause::DRIVER,
+        Cause::Protect => uapi::cause::PROTECT,
     };
     let mut g = SLOTS.lock();
     for s in g.iter_mut().flatten() {

@@ -31,6 +31,13 @@ pub(crate) enum Unmapping {
     Unmapped,
     /// The unmapping thread is in `mremap` (the range moved).
     Moved,
+    /// The address space is being torn down (blocking watches only).
+    Exiting,
+    /// `mprotect` changed the range's protection (blocking watches only).
+    Protected,
+    /// Any other invalidation: the driver that mapped the range zapped it
+    /// (`unmap_mapping_range`; blocking watches only).
+    Zapped,
 }
 
 /// The work queue and callbacks of the [`AddressWatch`]es of owners `T`;
@@ -95,10 +102,12 @@ unsafe extern "C" fn fired<T: AddressChange>(owner: *const super::c_void, how: s
     // SAFETY: `owner` points to a live `T` inside an `Arc` (by the
     // function's safety requirements), for the duration of this call.
     let borrowed = unsafe { ArcBorrow::<T>::from_raw(owner.cast::<T>()) };
-    let how = if how == raw::peermem_watch_how_PEERMEM_WATCH_MOVED {
-        Unmapping::Moved
-    } else {
-        Unmapping::Unmapped
+    let how = match how {
+        raw::peermem_watch_how_PEERMEM_WATCH_MOVED => Unmapping::Moved,
+        raw::peermem_watch_how_PEERMEM_WATCH_EXITING => Unmapping::Exiting,
+        raw::peermem_watch_how_PEERMEM_WATCH_PROTECTED => Unmapping::Protected,
+        raw::peermem_watch_how_PEERMEM_WATCH_ZAPPED => Unmapping::Zapped,
+        _ => Unmapping::Unmapped,
     };
     T::unmapping(&borrowed, how);
 }

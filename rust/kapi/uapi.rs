@@ -43,6 +43,9 @@ pub(crate) mod cause {
     pub(crate) const GPU_FREE: u32 = raw::peermem_cause_PEERMEM_CAUSE_GPU_FREE;
     pub(crate) const UNMAP: u32 = raw::peermem_cause_PEERMEM_CAUSE_UNMAP;
     pub(crate) const MOVE: u32 = raw::peermem_cause_PEERMEM_CAUSE_MOVE;
+    pub(crate) const EXIT: u32 = raw::peermem_cause_PEERMEM_CAUSE_EXIT;
+    pub(crate) const DRIVER: u32 = raw::peermem_cause_PEERMEM_CAUSE_DRIVER;
+    pub(crate) const PROTECT: u32 = raw::peermem_cause_PEERMEM_CAUSE_PROTECT;
     pub(crate) const OVERFLOW: u32 = raw::peermem_cause_PEERMEM_CAUSE_OVERFLOW;
 }
 

@@ -17,10 +17,14 @@
  *  - a writable MR on a read-only mapping is refused (EACCES), a
  *    read-only one works; a copy-on-write (private, writable) mapping and
  *    ordinary kernel pages (not reserved) are refused;
+ *  - each revocation is reported on /dev/peermem (revocation events) with
+ *    its range and cause: driver (zap, realloc), unmap, protect; the
+ *    child's at its exit goes to no one;
  *  - the source's counters move and come back to zero, the core's
  *    balance, nothing leaks.
  */
 #include "pfnmap_test.h"
+#include "../../../include/uapi/peermem.h"
 
 #define LEN (8u << 20)		/* two 4 MiB pieces of the exporter */
 
@@ -28,6 +32,31 @@ static struct conn c;
 static struct ibv_mr *lmr;	/* the local (host memory) side of every RDMA */
 static uint8_t *h, *cpu, *cpu2;
 static int efd;
+static int evfd = -1;	/* /dev/peermem, non-blocking */
+
+/*
+ * The events /dev/peermem queued since the last call: exactly one, for
+ * [p, p + len) with cause `cause` (0: none at all).
+ */
+static int event_is(const char *what, const void *p, uint64_t len, unsigned int cause)
+{
+	struct peermem_event ev[4];
+	ssize_t n = read(evfd, ev, sizeof(ev));
+	int got = n < 0 ? 0 : (int)(n / sizeof(ev[0]));
+
+	if (n < 0 && errno != EAGAIN) {
+		diag("%s: read /dev/peermem: %s", what, strerror(errno));
+		return 0;
+	}
+	for (int i = 0; i < got; i++)
+		diag("%s: event generation %llu start %#llx length %#llx cause %u client %s", what,
+		     (unsigned long long)ev[i].generation, (unsigned long long)ev[i].start,
+		     (unsigned long long)ev[i].length, ev[i].cause, ev[i].client);
+	if (!cause)
+		return got == 0;
+	return got == 1 && ev[0].start == (uintptr_t)p && ev[0].length == len && ev[0].cause == cause &&
+	       !strcmp(ev[0].client, "nv_mem");
+}
 
 static const char *wc_str(int rc)
 {
@@ -220,6 +249,8 @@ static void test_driver_change(int realloc)
 	ok(revoked_now(&s0, what),
 	   "%s: when the exporter's unmap_mapping_range returned, the MR was revoked (pfn invalidations_mmu_notifier +1, address_changes +1, dma_unmaps +1, core num_invalidated_mrs +1)",
 	   what);
+	ok(event_is(what, p, LEN, PEERMEM_CAUSE_DRIVER),
+	   "%s: /dev/peermem reported the MR's range revoked, cause driver (%d)", what, PEERMEM_CAUSE_DRIVER);
 	fill(h, LEN, 0x4646);
 	rc = rdma(IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)p, mr->rkey);
 	ok(rc == IBV_WC_REM_ACCESS_ERR, "%s: RDMA WRITE to the revoked MR completes with status 10, remote access error (got %d, %s)",
@@ -260,6 +291,8 @@ static void test_munmap(void)
 	take(&s0);
 	ok(munmap(p, LEN) == 0 && revoked_now(&s0, "munmap"),
 	   "munmap: when munmap returned, the MR was revoked (pfn invalidations_mmu_notifier +1, address_changes +1, core num_invalidated_mrs +1)");
+	ok(event_is("munmap", p, LEN, PEERMEM_CAUSE_UNMAP),
+	   "munmap: /dev/peermem reported the MR's range revoked, cause unmap (%d)", PEERMEM_CAUSE_UNMAP);
 	fill(h, LEN, 0x6767);
 	rc = rdma(IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)p, mr->rkey);
 	ok(rc == IBV_WC_REM_ACCESS_ERR && cpu_view_is(0, 0, cpu2, LEN),
@@ -282,6 +315,8 @@ static void test_mprotect(void)
 	take(&s0);
 	ok(mprotect(p, LEN, PROT_READ) == 0 && revoked_now(&s0, "mprotect"),
 	   "mprotect: when mprotect(PROT_READ) returned, the (read-only) MR was revoked");
+	ok(event_is("mprotect", p, LEN, PEERMEM_CAUSE_PROTECT),
+	   "mprotect: /dev/peermem reported the MR's range revoked, cause protect (%d)", PEERMEM_CAUSE_PROTECT);
 	rc = rdma(IBV_WR_RDMA_READ, 0, 4096, (uintptr_t)p, mr->rkey);
 	ok(rc == IBV_WC_REM_ACCESS_ERR, "mprotect: RDMA READ from the revoked MR completes with status 10 (got %d, %s)",
 	   rc, wc_str(rc));
@@ -427,14 +462,22 @@ int main(void)
 	conn_close(&c);
 
 	test_write_read();
+	evfd = open(PEERMEM_DEVICE_PATH, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (evfd < 0)
+		bail("cannot open %s: %s", PEERMEM_DEVICE_PATH, strerror(errno));
+	ok(event_is("before", NULL, 0, 0), "/dev/peermem open, no event queued");
 	test_driver_change(0);
 	test_driver_change(1);
 	test_munmap();
 	test_mprotect();
 	test_exit();
+	ok(event_is("exit", NULL, 0, 0),
+	   "exit: the child's revocation is not reported to this process (its address space's, not ours)");
 	test_read_only();
 	test_refused();
 
+	ok(event_is("end", NULL, 0, 0), "no other revocation was reported (read-only and refused ranges)");
+	close(evfd);
 	ibv_dereg_mr(lmr);
 	conn_close(&c);
 	ioctl(efd, PFNMAP_IOC_FREE);

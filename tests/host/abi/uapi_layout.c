@@ -58,6 +58,7 @@ SA(PEERMEM_CAUSE_UNMAP == 2, "cause unmap is 2");
 SA(PEERMEM_CAUSE_MOVE == 3, "cause move is 3");
 SA(PEERMEM_CAUSE_EXIT == 4, "cause exit is 4");
 SA(PEERMEM_CAUSE_DRIVER == 5, "cause driver is 5");
+SA(PEERMEM_CAUSE_PROTECT == 6, "cause protect is 6");
 SA(PEERMEM_CAUSE_OVERFLOW == 0x100, "cause overflow is 0x100");
 
 int main(void)
