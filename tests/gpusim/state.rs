@@ -635,9 +635,13 @@ pub(crate) unsafe fn dma_map(
     let mut st = STATE.lock();
     let i = st.pin_idx(key).ok_or(EINVAL)?;
     let pin = &mut st.pins[i];
-    if pin.state != PinState::Live {
-        return Err(EINVAL);
-    }
+    // A page table whose free callback is pending or running is mapped like
+    // a live one, as NVIDIA's driver does: its nvidia_p2p_dma_map_pages
+    // checks nothing of the sort (nv-p2p.c), and the page table stays
+    // allocated until the callback has returned; the mapping joins the
+    // table's list and is unmapped with it after the callback (`retire`).
+    // A client that maps in that window and is not told by its callback
+    // keeps an MR on freed memory: the rig must let it happen.
     let n = pin.pages.len();
     LIVE_DMA_MAPPINGS.add(1, Relaxed);
     // From here on, dropping `d` unmaps what it holds and undoes the count.
