@@ -6,9 +6,11 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "e2e.h"
 #include "../../gpusim/gpusim_uapi.h"
@@ -156,4 +158,24 @@ int read_line(char *buf, size_t len, const char *fmt, ...)
 	fclose(f);
 	buf[strcspn(buf, "\n")] = 0;
 	return (int)strlen(buf);
+}
+
+const char *e2e_root(void)
+{
+	static char root[512];
+	const char *env = getenv("PEERMEM_ROOT");
+	char exe[400];
+	ssize_t n;
+
+	if (root[0])
+		return root;
+	if (env && *env) {
+		snprintf(root, sizeof(root), "%s", env);
+		return root;
+	}
+	/* tests/guest/e2e/<exe> -> the repository */
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = 0;
+	snprintf(root, sizeof(root), "%s/../../../..", exe);
+	return root;
 }

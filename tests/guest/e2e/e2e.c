@@ -45,7 +45,7 @@
 })
 
 static const struct e2e_client *C;
-static char root[512];
+static const char *root;
 
 /* ---- gpusim's counters */
 
@@ -226,22 +226,6 @@ static void klog_diag(void)
 
 /* ---- modules */
 
-static void find_root(void)
-{
-	const char *env = getenv("PEERMEM_ROOT");
-	char exe[400];
-	ssize_t n;
-
-	if (env && *env) {
-		snprintf(root, sizeof(root), "%s", env);
-		return;
-	}
-	/* tests/guest/e2e/<exe> -> the repository */
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	exe[n > 0 ? n : 0] = 0;
-	snprintf(root, sizeof(root), "%s/../../../..", exe);
-}
-
 /*
  * gpusim's RM lock for this run: $GPUSIM_RM_LOCK (0 or 1). Off by default
  * here: with it, lockdep reports a cycle for every invalidating client
@@ -406,7 +390,7 @@ int e2e_run(const struct e2e_client *cl)
 	C = cl;
 	/* E2E_ARGS: other insmod arguments, e.g. to watch a configuration fail. */
 	args = getenv("E2E_ARGS") ? getenv("E2E_ARGS") : C->args;
-	find_root();
+	root = e2e_root();
 	sysfs_knob();
 	diag("end-to-end test with the %s client (%s%s%s, core name %s), repository %s",
 	     C->label, C->ko, *args ? " " : "", args, C->core_name, root);

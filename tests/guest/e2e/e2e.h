@@ -60,6 +60,8 @@ extern const struct e2e_client e2e_clients[];	/* ends with label NULL */
 
 /* The client labelled @label, or NULL (and a list of labels on stderr). */
 const struct e2e_client *e2e_client_find(const char *label);
+/* The checkout: $PEERMEM_ROOT, else found from this program's path. */
+const char *e2e_root(void);
 
 /* The whole test against @cl: TAP on stdout, exit status. */
 int e2e_run(const struct e2e_client *cl);

@@ -105,25 +105,7 @@ static int wait_nothing_held(double secs)
 	return nothing_held();
 }
 
-static char root[512];
-
-/* The checkout: PEERMEM_ROOT, else three levels above this program. */
-static void find_root(void)
-{
-	char exe[400];
-	ssize_t n;
-
-	if (getenv("PEERMEM_ROOT")) {
-		snprintf(root, sizeof(root), "%s", getenv("PEERMEM_ROOT"));
-		return;
-	}
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		bail("cannot find the checkout: set PEERMEM_ROOT");
-	exe[n] = 0;
-	*strrchr(exe, '/') = 0;
-	snprintf(root, sizeof(root), "%s/../../..", exe);
-}
+static const char *root;
 
 static int load(const char *ko, const char *args)
 {
@@ -228,7 +210,7 @@ int main(void)
 	char ko[600];
 	int fd, i;
 
-	find_root();
+	root = e2e_root();
 	rxe_up();
 	if (access("/sys/module/gpusim", F_OK)) {
 		snprintf(ko, sizeof(ko), "%s/tests/gpusim/gpusim.ko", root);

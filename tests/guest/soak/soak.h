@@ -161,6 +161,26 @@ static void write_read(struct worker *w, struct ibv_mr *mr, uint8_t *addr, uint3
 	atomic_fetch_add(&S->bytes_checked, 2 * (len & ~3u));
 }
 
+/*
+ * A child is forked and exits at once: its copy of the mapping goes, ours
+ * does not, so the n MRs must still work (a short write and read of each).
+ */
+static void fork_child_exits(struct worker *w, struct ibv_mr **mr, uint8_t **base,
+			     const uint32_t *mlen, int n)
+{
+	pid_t pid;
+	int st;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0)
+		_exit(0);
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		soak_error("thread %d: fork/wait failed", w->idx);
+	for (int i = 0; i < n; i++)
+		write_read(w, mr[i], base[i], mlen[i] < 4096 ? mlen[i] : 4096);
+}
+
 /* Wait until an RDMA READ through mr at raddr completes in error (revoked). */
 static int wait_revoked(struct worker *w, struct ibv_mr *mr, uint64_t raddr, double secs)
 {
@@ -290,23 +310,9 @@ static void round_once(struct worker *w, int may_exit)
 		}
 		break;
 	}
-	case T_FORK: {
-		pid_t pid;
-		int st;
-
-		fflush(stdout);
-		pid = fork();
-		if (pid == 0)
-			_exit(0);
-		if (pid < 0 || waitpid(pid, &st, 0) != pid)
-			soak_error("thread %d: fork/wait failed", w->idx);
-		for (i = 0; i < n; i++) {
-			uint32_t len = mlen[i] < 4096 ? mlen[i] : 4096;
-
-			write_read(w, mr[i], base[i], len);
-		}
+	case T_FORK:
+		fork_child_exits(w, mr, base, mlen, n);
 		break;
-	}
 	}
 	for (i = 0; i < n; i++)
 		if (ibv_dereg_mr(mr[i]))
@@ -409,24 +415,9 @@ static void round_pfn(struct worker *w, int may_exit)
 			atomic_fetch_add(&S->pfn_revoke_late, 1);
 		break;
 	}
-	case T_FORK: {
-		pid_t pid;
-		int st;
-
-		fflush(stdout);
-		pid = fork();
-		if (pid == 0)
-			_exit(0);
-		if (pid < 0 || waitpid(pid, &st, 0) != pid)
-			soak_error("thread %d: fork/wait failed", w->idx);
-		/* The child's copy of the mapping went; ours did not: the MRs work. */
-		for (i = 0; i < n; i++) {
-			uint32_t len = mlen[i] < 4096 ? mlen[i] : 4096;
-
-			write_read(w, mr[i], base[i], len);
-		}
+	case T_FORK:
+		fork_child_exits(w, mr, base, mlen, n);
 		break;
-	}
 	default:
 		break;
 	}
