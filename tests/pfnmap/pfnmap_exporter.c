@@ -21,6 +21,7 @@
  * kernel's MMU notifiers see the change first. See pfnmap_uapi.h for the
  * commands. One buffer at a time, serialized by a mutex.
  */
+#include <linux/capability.h>
 #include <linux/fs.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
@@ -52,6 +53,7 @@ static DEFINE_MUTEX(pfnmap_lock);
 static struct pfnmap_buf *pfnmap_cur, *pfnmap_old;
 static struct address_space *pfnmap_mapping;	/* of the device inode, once opened */
 static u32 pfnmap_zaps;
+static struct pfnmap_window pfnmap_win;	/* PFNMAP_IOC_WINDOW; len 0: none */
 
 static void pfnmap_buf_free(struct pfnmap_buf *b)
 {
@@ -130,6 +132,16 @@ static int pfnmap_mmap(struct file *file, struct vm_area_struct *vma)
 	int ret = 0;
 	u32 i;
 
+	if (vma->vm_pgoff == PFNMAP_WINDOW_OFFSET >> PAGE_SHIFT) {
+		mutex_lock(&pfnmap_lock);
+		if (!pfnmap_win.len || len != pfnmap_win.len)
+			ret = -EINVAL;
+		else
+			ret = io_remap_pfn_range(vma, addr, PHYS_PFN(pfnmap_win.phys), len,
+						 pgprot_noncached(vma->vm_page_prot));
+		mutex_unlock(&pfnmap_lock);
+		return ret;
+	}
 	if (vma->vm_pgoff)
 		return -EINVAL;
 	mutex_lock(&pfnmap_lock);
@@ -215,6 +227,7 @@ static long pfnmap_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	void __user *argp = (void __user *)arg;
 	struct pfnmap_alloc al;
 	struct pfnmap_info info;
+	struct pfnmap_window win;
 	struct pfnmap_buf *b;
 	long ret = 0;
 
@@ -286,6 +299,18 @@ static long pfnmap_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		info.zaps = pfnmap_zaps;
 		mutex_unlock(&pfnmap_lock);
 		return copy_to_user(argp, &info, sizeof(info)) ? -EFAULT : 0;
+	case PFNMAP_IOC_WINDOW:
+		if (!capable(CAP_SYS_RAWIO))
+			return -EPERM;
+		if (copy_from_user(&win, argp, sizeof(win)))
+			return -EFAULT;
+		if (!win.len || win.len > PFNMAP_MAX_LEN || !PAGE_ALIGNED(win.len) ||
+		    !PAGE_ALIGNED(win.phys) || win.phys + win.len < win.phys)
+			return -EINVAL;
+		mutex_lock(&pfnmap_lock);
+		pfnmap_win = win;
+		mutex_unlock(&pfnmap_lock);
+		return 0;
 	}
 	return -ENOTTY;
 }

@@ -49,6 +49,19 @@ struct pfnmap_info {
 	__u32 zaps;		/* unmap_mapping_range() calls so far */
 };
 
+/*
+ * A physical window that is not the exporter's buffer, as a driver maps its
+ * device's BAR (io_remap_pfn_range, uncached): PFNMAP_IOC_WINDOW sets it,
+ * mmap() at offset PFNMAP_WINDOW_OFFSET maps it (length = the window's).
+ * Root only. Nothing of it is read or written by the exporter; it exists so
+ * tests can offer device memory and firmware holes to a PFN-map client.
+ */
+struct pfnmap_window {
+	__u64 phys;	/* page aligned */
+	__u64 len;	/* a multiple of 4 KiB, at most 64 MiB */
+};
+#define PFNMAP_WINDOW_OFFSET (1ULL << 32)
+
 /* Allocate the buffer (EBUSY if one exists: free it first). */
 #define PFNMAP_IOC_ALLOC	_IOWR('P', 1, struct pfnmap_alloc)
 /*
@@ -66,5 +79,6 @@ struct pfnmap_info {
 #define PFNMAP_IOC_READ		_IOW('P', 5, struct pfnmap_rw)
 #define PFNMAP_IOC_WRITE	_IOW('P', 6, struct pfnmap_rw)
 #define PFNMAP_IOC_INFO		_IOR('P', 7, struct pfnmap_info)
+#define PFNMAP_IOC_WINDOW	_IOW('P', 8, struct pfnmap_window)
 
 #endif /* PFNMAP_UAPI_H */

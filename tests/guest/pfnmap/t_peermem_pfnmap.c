@@ -404,12 +404,76 @@ static void test_read_only(void)
 }
 
 /* Mappings that are not the source's: refused, nothing held. */
+/*
+ * Device memory mapped as a driver maps its BAR (the exporter's physical
+ * window, io_remap_pfn_range): not RAM, refused ("not mine", EFAULT).
+ */
+static void test_window(const char *what, uint64_t phys, uint64_t len)
+{
+	struct pfnmap_window w = { .phys = phys, .len = len };
+	struct ibv_mr *mr;
+	long long d0;
+	uint8_t *p;
+	int e;
+
+	if (ioctl(efd, PFNMAP_IOC_WINDOW, &w))
+		bail("PFNMAP_IOC_WINDOW %#llx+%#llx: %s", (unsigned long long)phys,
+		     (unsigned long long)len, strerror(errno));
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, efd, PFNMAP_WINDOW_OFFSET);
+	if (p == MAP_FAILED)
+		bail("mmap of the window %#llx+%#llx: %s", (unsigned long long)phys,
+		     (unsigned long long)len, strerror(errno));
+	d0 = pf("registrations_declined");
+	errno = 0;
+	mr = ibv_reg_mr(c.pd, p, len, IBV_ACCESS_REMOTE_READ);
+	e = errno;
+	ok(!mr && e == EFAULT && pf("registrations_declined") == d0 + 1,
+	   "%s (%#llx+%#llx, VM_PFNMAP): refused with EFAULT, pfn registrations_declined +1 (got %s, errno %d)",
+	   what, (unsigned long long)phys, (unsigned long long)len, mr ? "an MR" : "NULL", e);
+	if (mr)
+		ibv_dereg_mr(mr);
+	munmap(p, len);
+}
+
+/* The first 4 KiB-64 MiB memory BAR of a PCI device in the guest. */
+static int find_bar(uint64_t *phys, uint64_t *len, char *what, size_t n)
+{
+	static const char *const devs[] = { "0000:00:02.0", "0000:00:03.0", "0000:00:1f.2", NULL };
+
+	for (int i = 0; devs[i]; i++) {
+		char path[128];
+		unsigned long long st, en, fl;
+		FILE *f;
+		int bar = 0;
+
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", devs[i]);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (bar < 6 && fscanf(f, "%llx %llx %llx", &st, &en, &fl) == 3) {
+			if ((fl & 0x200) && en > st && !(st & 4095) && ((en - st + 1) & 4095) == 0 &&
+			    en - st + 1 <= (64u << 20)) {
+				*phys = st;
+				*len = en - st + 1;
+				snprintf(what, n, "BAR %d of PCI device %s", bar, devs[i]);
+				fclose(f);
+				return 1;
+			}
+			bar++;
+		}
+		fclose(f);
+	}
+	return 0;
+}
+
 static void test_refused(void)
 {
 	struct ibv_mr *mr;
 	long long d0;
 	uint8_t *p;
 	int e;
+	uint64_t bar_phys, bar_len;
+	char bar_dev[64];
 
 	/*
 	 * remap_pfn_range maps a copy-on-write mapping only in one call: one
@@ -443,6 +507,12 @@ static void test_refused(void)
 	if (mr)
 		ibv_dereg_mr(mr);
 	munmap(p, LEN);
+	test_window("the legacy VGA window 0xa0000-0xbffff (device memory inside the kernel's memory map, its pages PageReserved)",
+		    0xa0000, 0x20000);
+	if (find_bar(&bar_phys, &bar_len, bar_dev, sizeof(bar_dev)))
+		test_window(bar_dev, bar_phys, bar_len);
+	else
+		skip("no PCI memory BAR of 4 KiB to 64 MiB found in the guest: the BAR refusal is not checked");
 	ok(pf_idle() && balanced(), "refusals hold nothing: pfn counters idle, the core's balance");
 }
 
