@@ -33,19 +33,40 @@ void peermem_pfn_free(void *p)
 	kvfree(p);
 }
 
+/* Whether the firmware's memory map (/proc/iomem) says the page is RAM. */
+static bool peermem_pfn_firmware_ram(unsigned long pfn, bool reserved_too)
+{
+	if (region_intersects(PFN_PHYS(pfn), PAGE_SIZE, IORESOURCE_SYSTEM_RAM,
+			      IORES_DESC_NONE) == REGION_INTERSECTS)
+		return true;
+	/* memmap=nn$ss, no-map reserved-memory: "Reserved", not System RAM. */
+	return reserved_too &&
+	       region_intersects(PFN_PHYS(pfn), PAGE_SIZE, IORESOURCE_MEM,
+				 IORES_DESC_RESERVED) == REGION_INTERSECTS;
+}
+
 /* Whether the page at pfn is RAM that no kernel allocator hands out. */
 static u32 peermem_pfn_classify(unsigned long pfn)
 {
 	if (is_zero_pfn(pfn))
 		return PEERMEM_PFN_ZERO_PAGE;
-	if (pfn_valid(pfn))
-		return PageReserved(pfn_to_page(pfn)) ? PEERMEM_PFN_OK :
-							PEERMEM_PFN_MANAGED_RAM;
-	/* Outside the memory map: RAM only if the firmware's map says so. */
-	if (region_intersects(PFN_PHYS(pfn), PAGE_SIZE, IORESOURCE_SYSTEM_RAM,
-			      IORES_DESC_NONE) == REGION_INTERSECTS)
-		return PEERMEM_PFN_OK;
-	return PEERMEM_PFN_NOT_RAM;
+	if (pfn_valid(pfn)) {
+		if (!PageReserved(pfn_to_page(pfn)))
+			return PEERMEM_PFN_MANAGED_RAM;
+		/*
+		 * Holes inside the kernel's memory map have reserved struct
+		 * pages too, device memory among them (the legacy VGA window
+		 * at 0xa0000, a BAR that shares a memory section with RAM):
+		 * RAM only where the firmware's map says RAM or reserved.
+		 */
+		return peermem_pfn_firmware_ram(pfn, true) ? PEERMEM_PFN_OK :
+							     PEERMEM_PFN_NOT_RAM;
+	}
+	/*
+	 * Outside the memory map: only System RAM (a "Reserved" range there
+	 * may as well be a chipset's MMIO).
+	 */
+	return peermem_pfn_firmware_ram(pfn, false) ? PEERMEM_PFN_OK : PEERMEM_PFN_NOT_RAM;
 }
 
 static int peermem_pfn_add(struct peermem_pfn_run **runs, u32 *n, u32 *cap,
