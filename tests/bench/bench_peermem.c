@@ -31,6 +31,11 @@
  * and side says it was measured.
  *
  *   bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap]
+ *                 [--events-only] [--memory-detail] [--profile SIDE BYTES N]
+ *
+ * --memory-detail: only the kernel memory figures, each also broken down by
+ * counter (slab cache, /proc/meminfo, /proc/vmstat) in "memdetail" lines
+ * (scripts/bench.sh --memory-detail; report.py memdetail makes the table).
  *
  * Environment: PEERMEM_DMA_DEVICE (the rig's DMA device, exported by the
  * guest's init; required), GPUSIM_KO, TESTCLIENT_KO, PEERMEM_KO,
@@ -59,6 +64,8 @@ static const char *const side_def[2] = { "peermem.ko", "tests/nvpeermem/nvidia-p
 #define MAXS 4096			/* samples per series */
 
 static int rounds = 10, tap_mode, smoke, events_only;
+/* --memory-detail: only the memory figures, each with its breakdown. */
+static int mem_detail;
 /* --profile: only N reg+dereg of BYTES on SIDE, for a profiler around the run. */
 static int prof_side = -1, prof_n, prof_threads = 1;
 static size_t prof_len;
@@ -593,6 +600,92 @@ static void meminfo(struct meminfo *m, int settle_ms)
 }
 
 /*
+ * --memory-detail: what the memory figures' free pages went to, by counter.
+ * A snapshot holds, in bytes: each slab cache's objects in use
+ * ("slab_objs:NAME", active_objs x objsize of /proc/slabinfo) and the pages
+ * of its slabs ("slab_pages:NAME", num_slabs x pagesperslab), every
+ * /proc/meminfo line ("meminfo:KEY") and every nr_* counter of /proc/vmstat
+ * ("vmstat:KEY", pages x the page size, or bytes for the *_B ones). Taken
+ * right after meminfo() (which folded the per-CPU counters).
+ */
+#define SNAP_KEYS 1024
+
+struct snap {
+	int n;
+	char key[SNAP_KEYS][80];
+	long long v[SNAP_KEYS];
+};
+
+static void snap_add(struct snap *s, const char *pre, const char *key, long long v)
+{
+	if (s->n == SNAP_KEYS)
+		bail("--memory-detail: more than %d counters", SNAP_KEYS);
+	snprintf(s->key[s->n], sizeof(s->key[0]), "%s:%s", pre, key);
+	s->v[s->n++] = v;
+}
+
+static void snapshot(struct snap *s)
+{
+	long long pg = sysconf(_SC_PAGESIZE), a, nobj, osz, per, pps, as, ns, v;
+	char line[512], name[64];
+	FILE *f;
+
+	s->n = 0;
+	f = fopen("/proc/slabinfo", "r");
+	if (!f)
+		bail("--memory-detail: cannot read /proc/slabinfo: %s", strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63s %lld %lld %lld %lld %lld : tunables %*d %*d %*d : slabdata %lld %lld",
+			   name, &a, &nobj, &osz, &per, &pps, &as, &ns) == 8) {
+			snap_add(s, "slab_objs", name, a * osz);
+			snap_add(s, "slab_pages", name, ns * pps * pg);
+		}
+	fclose(f);
+	f = fopen("/proc/meminfo", "r");
+	if (!f)
+		bail("cannot read /proc/meminfo");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63[^:]: %lld", name, &v) == 2)
+			snap_add(s, "meminfo", name, strstr(line, " kB") ? v * 1024 : v);
+	fclose(f);
+	f = fopen("/proc/vmstat", "r");
+	if (!f)
+		bail("cannot read /proc/vmstat");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63s %lld", name, &v) == 2 && !strncmp(name, "nr_", 3)) {
+			size_t l = strlen(name);
+
+			snap_add(s, "vmstat", name, l > 2 && !strcmp(name + l - 2, "_B") ? v : v * pg);
+		}
+	fclose(f);
+}
+
+/*
+ * One "memdetail FIGURE PARAM SIDE ROUND KEY BYTES" line per counter that
+ * moved between a and b, per registration (tests/bench/report.py memdetail
+ * makes the table).
+ */
+static void snap_diff(const struct snap *a, const struct snap *b, const char *fig,
+		      const char *param, int side, int round, int n)
+{
+	for (int i = 0; i < b->n; i++) {
+		long long va = 0;
+
+		for (int j = 0; j < a->n; j++) {
+			int k = (i + j) % a->n;	/* the same order, mostly */
+
+			if (!strcmp(a->key[k], b->key[i])) {
+				va = a->v[k];
+				break;
+			}
+		}
+		if (b->v[i] != va)
+			printf("memdetail %s %s %s %d %s %.9g\n", fig, param, side_name[side], round,
+			       b->key[i], (double)(b->v[i] - va) / n);
+	}
+}
+
+/*
  * Kernel memory per live registration: n registrations of len bytes live
  * at once (distinct ranges at 2 MiB, the same range at the large size):
  * free pages and slab before and while they live, per registration. Free
@@ -607,6 +700,7 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 {
 	static struct reg r[MEM_NREG];
 	static int ufd[MEM_NREG];
+	static struct snap sa, sb;
 	struct meminfo a, b, e;
 	char ps[24];
 
@@ -616,6 +710,8 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 		n = MEM_NREG;
 	size_str(len, ps, sizeof(ps));
 	meminfo(&a, 300);
+	if (mem_detail)
+		snapshot(&sa);
 	for (int i = 0; i < n; i++) {
 		uint8_t *p = gbig.p + (len == large ? 0 : i * len);
 
@@ -628,6 +724,11 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 			bail("%s: umem_test of %zu bytes failed", side_name[s], len);
 	}
 	meminfo(&b, 300);
+	if (mem_detail) {
+		snapshot(&sb);
+		snap_diff(&sa, &sb, core_only ? "core_kmem_per_reg_bytes" : "kmem_per_reg_bytes",
+			  ps, s, round, n);
+	}
 	for (int i = 0; i < n; i++) {
 		if (core_only)
 			close(ufd[i]);
@@ -740,6 +841,8 @@ static void run_side(int s, int round)
 	/* Warm the path once after a (re)load. */
 	reg_or_bail(s, gbig.p, 2 * MIB, &r);
 	dereg_or_bail(s, &r);
+	if (mem_detail)
+		goto memory;
 	fig_latency(s, round);
 	fig_layers(s, round);
 	fig_free(s, round, 1);
@@ -753,11 +856,13 @@ static void run_side(int s, int round)
 	 * slab caches keep free (SLUB's per-CPU and partial slabs): counted in
 	 * free pages, a few dozen small objects can come out of slack alone.
 	 */
+memory:
 	fig_memory(s, round, 2 * MIB, smoke ? 4 : (int)(large / (2 * MIB)), 0);
 	fig_memory(s, round, large, smoke ? 2 : 4, 0);
 	fig_memory(s, round, 2 * MIB, smoke ? 4 : (int)(large / (2 * MIB)), 1);
 	fig_memory(s, round, large, smoke ? 2 : 4, 1);
-	fig_sg(s, round);
+	if (!mem_detail)
+		fig_sg(s, round);
 }
 
 static int idle_all(void)
@@ -782,6 +887,8 @@ int main(int argc, char **argv)
 			smoke = 1;
 		else if (!strcmp(argv[i], "--events-only"))
 			events_only = 1;
+		else if (!strcmp(argv[i], "--memory-detail"))
+			mem_detail = 1;
 		else if (!strcmp(argv[i], "--tap"))
 			tap_mode = 1;
 		else if (!strcmp(argv[i], "--profile") && i + 3 < argc) {
@@ -794,7 +901,7 @@ int main(int argc, char **argv)
 			if (prof_side == NSIDES || prof_len % GPU_PAGE || !prof_len || prof_n < 1)
 				bail("--profile SIDE BYTES N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
 		} else
-			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--profile SIDE BYTES N]");
+			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--memory-detail] [--profile SIDE BYTES N]");
 	}
 	if (rounds < 1 || rounds > 1000)
 		bail("--rounds must be 1..1000");
