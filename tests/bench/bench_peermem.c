@@ -69,6 +69,8 @@ static int mem_detail;
 /* --profile: only N reg+dereg of BYTES on SIDE, for a profiler around the run. */
 static int prof_side = -1, prof_n, prof_threads = 1;
 static size_t prof_len;
+/* --profile SIDE free N: N GPU frees under 64 live MRs, profiled around the free only. */
+static int prof_free;
 static size_t large = 512 * MIB;
 static struct conn c;
 static int gfd, tcfd;
@@ -709,6 +711,8 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 	if (n > MEM_NREG)
 		n = MEM_NREG;
 	size_str(len, ps, sizeof(ps));
+	long long runs0 = gs("dma_runs_mapped");
+
 	meminfo(&a, 300);
 	if (mem_detail)
 		snapshot(&sa);
@@ -728,6 +732,10 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 		snapshot(&sb);
 		snap_diff(&sa, &sb, core_only ? "core_kmem_per_reg_bytes" : "kmem_per_reg_bytes",
 			  ps, s, round, n);
+		/* A count, not bytes: the runs the source's mappings came in. */
+		printf("memdetail %s %s %s %d count:gpusim_dma_runs_mapped %.9g\n",
+		       core_only ? "core_kmem_per_reg_bytes" : "kmem_per_reg_bytes", ps,
+		       side_name[s], round, (double)(gs("dma_runs_mapped") - runs0) / n);
 	}
 	for (int i = 0; i < n; i++) {
 		if (core_only)
@@ -865,6 +873,64 @@ memory:
 		fig_sg(s, round);
 }
 
+/*
+ * --profile SIDE free N: N times a 4 MiB allocation with 64 live MRs (one
+ * per 64 KiB GPU page, as fig_free) and its GPUSIM_IOC_FREE, with perf's
+ * events enabled around the free alone (ctl: perf runs with --control);
+ * then the MRs are deregistered. Prints the frees' wall time: the samples
+ * per free against it say how much of a free the CPUs were busy.
+ */
+#define PERF_CTL "/tmp/bench-perf.ctl"
+#define PERF_ACK "/tmp/bench-perf.ack"
+
+static void perf_ctl(const char *cmd)
+{
+	char ack[16] = "";
+	int fd = open(PERF_CTL, O_WRONLY), afd;
+
+	if (fd < 0 || write(fd, cmd, strlen(cmd)) != (ssize_t)strlen(cmd))
+		bail("perf control %s: %s", PERF_CTL, strerror(errno));
+	close(fd);
+	afd = open(PERF_ACK, O_RDONLY);
+	if (afd < 0 || read(afd, ack, sizeof(ack) - 1) <= 0 || strncmp(ack, "ack", 3))
+		bail("perf did not acknowledge '%s' on %s", cmd, PERF_ACK);
+	close(afd);
+}
+
+static void prof_free_loop(int s, int n, int ctl)
+{
+	struct reg r[NFREE_MRS];
+	double t[MAXS], sum = 0;
+	struct series tmp = { .n = 0 };
+
+	if (n > MAXS)
+		n = MAXS;
+	for (int k = 0; k < n; k++) {
+		struct gmem g;
+		double t0;
+
+		galloc(&g, FREE_LEN, "2097152");
+		for (int i = 0; i < NFREE_MRS; i++)
+			reg_or_bail(s, g.p + i * SLICE, SLICE, &r[i]);
+		if (ctl)
+			perf_ctl("enable\n");
+		t0 = now_s();
+		if (gmem_free(gfd, &g))
+			bail("GPUSIM_IOC_FREE: %s", strerror(errno));
+		t[k] = now_s() - t0;
+		if (ctl)
+			perf_ctl("disable\n");
+		sum += t[k];
+		for (int i = 0; i < NFREE_MRS; i++)
+			dereg_or_bail(s, &r[i]);
+		gmem_drop(&g);
+	}
+	memcpy(tmp.v, t, n * sizeof(double));
+	tmp.n = n;
+	printf("profile %s free: %d GPUSIM_IOC_FREE of 4 MiB under %d MRs, median %.3f ms, sum %.3f s (perf enabled around the frees only)\n",
+	       side_name[s], n, NFREE_MRS, median(&tmp) * 1e3, sum);
+}
+
 static int idle_all(void)
 {
 	return gs("live_pins") == 0 && gs("live_dma_mappings") == 0 &&
@@ -895,11 +961,12 @@ int main(int argc, char **argv)
 			for (prof_side = 0; prof_side < NSIDES; prof_side++)
 				if (!strcmp(argv[i + 1], side_name[prof_side]))
 					break;
-			prof_len = strtoull(argv[i + 2], NULL, 0);
+			prof_free = !strcmp(argv[i + 2], "free");
+			prof_len = prof_free ? 2 * MIB : strtoull(argv[i + 2], NULL, 0);
 			prof_n = atoi(argv[i + 3]);
 			i += 3;
 			if (prof_side == NSIDES || prof_len % GPU_PAGE || !prof_len || prof_n < 1)
-				bail("--profile SIDE BYTES N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
+				bail("--profile SIDE BYTES|free N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
 		} else
 			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--memory-detail] [--profile SIDE BYTES N]");
 	}
@@ -968,11 +1035,34 @@ int main(int argc, char **argv)
 		dereg_or_bail(prof_side, &r);
 		/* BENCH_PERF_OUT=FILE: a system-wide perf record around the loop only. */
 		if (perf_out) {
+			/*
+			 * BENCH_PERF_CALLGRAPH=1: with kernel call chains (perf -g:
+			 * the kernel's ORC unwinder, no frame pointers needed).
+			 * The free profile starts perf with its events disabled and
+			 * enables them around each GPUSIM_IOC_FREE only, through
+			 * perf's control FIFO (perf_ctl).
+			 */
+			const char *av[24];
+			int ac = 0;
+
+			av[ac++] = "perf"; av[ac++] = "record"; av[ac++] = "-q"; av[ac++] = "-a";
+			av[ac++] = "-e"; av[ac++] = "cpu-clock"; av[ac++] = "-F"; av[ac++] = "4000";
+			av[ac++] = "-o"; av[ac++] = perf_out;
+			if (getenv("BENCH_PERF_CALLGRAPH") && !strcmp(getenv("BENCH_PERF_CALLGRAPH"), "1"))
+				av[ac++] = "-g";
+			if (prof_free) {
+				unlink(PERF_CTL);
+				unlink(PERF_ACK);
+				if (mkfifo(PERF_CTL, 0600) || mkfifo(PERF_ACK, 0600))
+					bail("mkfifo %s, %s: %s", PERF_CTL, PERF_ACK, strerror(errno));
+				av[ac++] = "-D"; av[ac++] = "-1";
+				av[ac++] = "--control=fifo:" PERF_CTL "," PERF_ACK;
+			}
+			av[ac] = NULL;
 			fflush(stdout);
 			perf = fork();
 			if (perf == 0) {
-				execlp("perf", "perf", "record", "-q", "-a", "-e", "cpu-clock", "-F",
-				       "4000", "-o", perf_out, (char *)NULL);
+				execvp("perf", (char *const *)av);
 				_exit(127);
 			}
 			if (perf < 0)
@@ -980,7 +1070,9 @@ int main(int argc, char **argv)
 			sleep(2);	/* perf is up */
 		}
 		t0 = now_s();
-		if (prof_threads == 2) {	/* 2 threads, prof_n each (2 MiB) */
+		if (prof_free) {
+			prof_free_loop(prof_side, prof_n, perf > 0);
+		} else if (prof_threads == 2) {	/* 2 threads, prof_n each (2 MiB) */
 			thr_run(prof_side, 2, prof_n);
 		} else {
 			for (int k = 0; k < prof_n; k++) {
@@ -997,9 +1089,10 @@ int main(int argc, char **argv)
 			    (WIFEXITED(st) && WEXITSTATUS(st) == 127))
 				bail("perf record failed (is perf installed? Debian: linux-perf)");
 		}
-		printf("profile %s %zu bytes, %d thread(s): %d reg+dereg each, %.3f ms per reg+dereg (wall, all threads)\n",
-		       side_name[prof_side], prof_len, prof_threads, prof_n,
-		       (t1 - t0) * 1e3 / (prof_n * prof_threads));
+		if (!prof_free)
+			printf("profile %s %zu bytes, %d thread(s): %d reg+dereg each, %.3f ms per reg+dereg (wall, all threads)\n",
+			       side_name[prof_side], prof_len, prof_threads, prof_n,
+			       (t1 - t0) * 1e3 / (prof_n * prof_threads));
 		rounds = 0;
 	}
 	printf("info rounds %d\n", rounds);

@@ -485,16 +485,23 @@ def cmd_memdetail(raw):
             return ({"meminfo": 0, "vmstat": 1, "slab_pages": 2, "slab_objs": 3}.get(kind, 4),
                     -max(abs(med(keys[k], s, fig) or 0) for s in sides))
         for k in sorted(keys, key=order):
+            if k.startswith("count:"):
+                continue
             m = {s: med(keys[k], s, fig) for s in sides}
             if max(abs(v or 0) for v in m.values()) < thr:
                 continue
             if k.startswith("meminfo:") and k[8:] in ("MemFree", "MemAvailable"):
                 continue
             rows.append((k, m))
+        cnt = "count:gpusim_dma_runs_mapped"
+        if cnt in keys:
+            rows.append(("gpusim's bus-contiguous runs handed out (a count)",
+                         {s: med(keys[cnt], s, fig) for s in sides}))
         for label, m in rows:
-            cells = [label] + [b(m[s]) for s in sides]
+            f = b if not label.endswith("(a count)") else (lambda v: "-" if v is None else "%.0f" % v)
+            cells = [label] + [f(m[s]) for s in sides]
             if floor:
-                cells += [b(None if m[s] is None or m["floor"] is None else m[s] - m["floor"]) for s in peers]
+                cells += [f(None if m[s] is None or m["floor"] is None else m[s] - m["floor"]) for s in peers]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         out.append("(rows: counters that moved by at least %s per registration on some side)" % b(thr))
