@@ -478,6 +478,16 @@ def cmd_memdetail(raw):
         named = {s: sum(med(keys.get("meminfo:" + k, {}), s, fig) or 0 for k in MEM_NAMED) for s in sides}
         rows = [("free pages (all kernel memory)", total),
                 ("  not in " + " + ".join(MEM_NAMED), {s: total[s] - named[s] for s in sides})]
+        # Slab bytes in no cache's slabs: kmalloc()s above the largest
+        # kmalloc cache (8 KiB), which the page allocator serves and counts
+        # in Slab (per round, then the median).
+        caches = [k for k in keys if k.startswith("slab_pages:")]
+        big = {}
+        for s_ in sides:
+            v = [keys.get("meminfo:Slab", {}).get(s_, {}).get(r, 0.0) -
+                 sum(keys[k].get(s_, {}).get(r, 0.0) for k in caches) for r in sorted(rounds[fig][s_])]
+            big[s_] = pct(v, 0.5)
+        rows.append(("  Slab in no cache's slabs (kmalloc above 8 KiB: whole pages)", big))
         thr = max(256.0, 0.005 * max(abs(v) for v in total.values()))
 
         def order(k):
@@ -490,7 +500,10 @@ def cmd_memdetail(raw):
             m = {s: med(keys[k], s, fig) for s in sides}
             if max(abs(v or 0) for v in m.values()) < thr:
                 continue
-            if k.startswith("meminfo:") and k[8:] in ("MemFree", "MemAvailable"):
+            # Free memory itself (the first row) and limits derived from it.
+            if k in ("meminfo:MemFree", "meminfo:MemAvailable", "vmstat:nr_free_pages",
+                     "vmstat:nr_free_pages_blocks", "vmstat:nr_dirty_threshold",
+                     "vmstat:nr_dirty_background_threshold"):
                 continue
             rows.append((k, m))
         cnt = "count:gpusim_dma_runs_mapped"
