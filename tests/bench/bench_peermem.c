@@ -31,7 +31,7 @@
  * and side says it was measured.
  *
  *   bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap]
- *                 [--events-only] [--memory-detail] [--profile SIDE BYTES N]
+ *                 [--events-only] [--memory-detail] [--profile SIDE BYTES|free N]
  *
  * --memory-detail: only the kernel memory figures, each also broken down by
  * counter (slab cache, /proc/meminfo, /proc/vmstat) in "memdetail" lines
@@ -704,6 +704,7 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 	static int ufd[MEM_NREG];
 	static struct snap sa, sb;
 	struct meminfo a, b, e;
+	long long runs0 = 0;
 	char ps[24];
 
 	if (core_only && s == S_FLOOR)
@@ -711,8 +712,8 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 	if (n > MEM_NREG)
 		n = MEM_NREG;
 	size_str(len, ps, sizeof(ps));
-	long long runs0 = gs("dma_runs_mapped");
-
+	if (mem_detail)
+		runs0 = gs("dma_runs_mapped");
 	meminfo(&a, 300);
 	if (mem_detail)
 		snapshot(&sa);
@@ -968,7 +969,7 @@ int main(int argc, char **argv)
 			if (prof_side == NSIDES || prof_len % GPU_PAGE || !prof_len || prof_n < 1)
 				bail("--profile SIDE BYTES|free N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
 		} else
-			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--memory-detail] [--profile SIDE BYTES N]");
+			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--memory-detail] [--profile SIDE BYTES|free N]");
 	}
 	if (rounds < 1 || rounds > 1000)
 		bail("--rounds must be 1..1000");
@@ -1088,6 +1089,10 @@ int main(int argc, char **argv)
 			if (waitpid(perf, &st, 0) != perf || access(perf_out, R_OK) ||
 			    (WIFEXITED(st) && WEXITSTATUS(st) == 127))
 				bail("perf record failed (is perf installed? Debian: linux-perf)");
+			if (prof_free) {
+				unlink(PERF_CTL);
+				unlink(PERF_ACK);
+			}
 		}
 		if (!prof_free)
 			printf("profile %s %zu bytes, %d thread(s): %d reg+dereg each, %.3f ms per reg+dereg (wall, all threads)\n",
