@@ -26,6 +26,17 @@
 #                    has no ftrace), and the symbols that took the CPU
 #                    (tests/bench/profile-guest.sh); output on stdout and
 #                    in OUT/profile-<MIB>M.txt
+#   --profile free[,N]  the same around GPU frees: N (default 20) frees of
+#                    4 MiB under 64 live MRs each, perf enabled around
+#                    the frees only (OUT/profile-free.txt)
+#   --callgraph      with --profile: perf record -g (kernel call chains
+#                    through the kernel's ORC unwinder): adds the callers of
+#                    the mutex code, and for free the inclusive shares
+#   --memory-detail  instead of all figures: only the kernel memory per live
+#                    registration, broken down by counter (slab caches,
+#                    /proc/meminfo, /proc/vmstat): OUT/memory-detail.md
+#                    (tests/bench/report.py memdetail) and the guest's
+#                    output OUT/memory-detail-output.txt
 #   --append ARGS    extra guest kernel command line (scripts/vm.sh
 #                    --append), for experiments; recorded in the results
 #   --skip-setup     do not run scripts/setup-host.sh
@@ -51,7 +62,7 @@ cd "$PEERMEM_ROOT"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 bad() { printf 'peermem: error: %s (see scripts/bench.sh --help)\n' "$*" >&2; exit 2; }
-rounds=10 kernel=plain kdir= large_mib=512 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile=
+rounds=10 kernel=plain kdir= large_mib=512 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile= memdetail=0 callgraph=0
 need() { [ $# -ge 2 ] && [ -n "$2" ] || bad "$1 needs a value"; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -64,6 +75,8 @@ while [ $# -gt 0 ]; do
 	--out) need "$@"; out=$2; shift 2 ;;
 	--append) need "$@"; append+=" $2"; shift 2 ;;
 	--profile) need "$@"; profile=$2; shift 2 ;;
+	--memory-detail) memdetail=1; shift ;;
+	--callgraph) callgraph=1; shift ;;
 	--skip-setup) skip_setup=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	[0-9]*) rounds=$1; shift ;;
@@ -73,13 +86,14 @@ done
 [[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] && [ "$rounds" -le 1000 ] || bad "--rounds wants 1..1000, got '$rounds'"
 [[ $large_mib =~ ^[0-9]+$ ]] && [ "$large_mib" -ge 64 ] && [ $((large_mib % 2)) = 0 ] ||
 	bad "--large-mib wants an even number of MiB, at least 64, got '$large_mib'"
+[ -z "$profile" ] || [ "$memdetail" = 0 ] || bad "--profile and --memory-detail are two different runs: pick one"
 case "$kernel" in plain|debug) ;; *) bad "--kernel must be plain or debug, not '$kernel'" ;; esac
 if [ -n "$profile" ]; then
-	[[ $profile =~ ^([0-9]+)(,([0-9]+)(,([12]))?)?$ ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
-		bad "--profile wants MIB, MIB,N or 2,N,2 (e.g. 512,8), got '$profile'"
+	[[ $profile =~ ^(free|[0-9]+)(,([0-9]+)(,([12]))?)?$ ]] && [ "${BASH_REMATCH[1]}" != 0 ] ||
+		bad "--profile wants MIB, MIB,N, 2,N,2 or free,N (e.g. 512,8), got '$profile'"
 	prof_mib=${BASH_REMATCH[1]} prof_n=${BASH_REMATCH[3]:-20} prof_t=${BASH_REMATCH[5]:-1}
 	[ "$prof_t" = 1 ] || [ "$prof_mib" = 2 ] || bad "--profile MIB,N,2 (2 threads) wants MIB 2, got '$profile'"
-	[ "$prof_mib" -le "$large_mib" ] || large_mib=$(( (prof_mib + 1) / 2 * 2 ))
+	[ "$prof_mib" = free ] || [ "$prof_mib" -le "$large_mib" ] || large_mib=$(( (prof_mib + 1) / 2 * 2 ))
 fi
 [ -d "$src" ] && [ -f "$src/Kbuild" ] && [ -f "$src/tests/bench/bench_peermem.c" ] ||
 	bad "--src '$src' is not a peermem checkout"
@@ -166,17 +180,43 @@ mods+=" PEERMEM_KO=$tree/peermem.ko NVPEERMEM_KO=$tree/tests/nvpeermem/nvidia-pe
 
 # --- or a profile ----------------------------------------------------------
 if [ -n "$profile" ]; then
-	pm_stage "bench: boot the rig ($kvariant kernel) and profile ${prof_mib} MiB registrations, $prof_n per side"
-	pf=$out/profile-${prof_mib}M.txt
-	[ "$prof_t" = 1 ] || pf=$out/profile-${prof_mib}M-${prof_t}threads.txt
+	if [ "$prof_mib" = free ]; then
+		pm_stage "bench: boot the rig ($kvariant kernel) and profile GPU frees under 64 MRs, $prof_n per side"
+		pf=$out/profile-free.txt prof_bytes=free
+	else
+		pm_stage "bench: boot the rig ($kvariant kernel) and profile ${prof_mib} MiB registrations, $prof_n per side"
+		pf=$out/profile-${prof_mib}M.txt prof_bytes=$((prof_mib * 1024 * 1024))
+		[ "$prof_t" = 1 ] || pf=$out/profile-${prof_mib}M-${prof_t}threads.txt
+	fi
 	rc=0
-	scripts/vm.sh "${vmargs[@]}" --cmd "$mods bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $((prof_mib * 1024 * 1024)) $prof_n 25 $prof_t" \
+	scripts/vm.sh "${vmargs[@]}" --cmd "$mods bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $prof_bytes $prof_n 25 $prof_t $callgraph" \
 		>"$pf.tmp" 2>"$work/vm.log" || rc=$?
-	{ echo "# scripts/bench.sh --profile $profile: $kvariant kernel $(basename "$kdir"), commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ)"; cat "$pf.tmp"; } > "$pf"
+	{ echo "# scripts/bench.sh --profile $profile$([ "$callgraph" = 1 ] && echo ' --callgraph')${append:+ --append '${append# }'}: $kvariant kernel $(basename "$kdir"), commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ)"; cat "$pf.tmp"; } > "$pf"
 	rm -f "$pf.tmp"
 	cat "$pf"
 	[ "$rc" = 0 ] || pm_die "the profile run failed (runner log: $work/vm.log)"
 	pm_log "bench: $pf"
+	exit 0
+fi
+
+# --- or the memory breakdown ------------------------------------------------
+if [ "$memdetail" = 1 ]; then
+	pm_stage "bench: boot the rig ($kvariant kernel, $mem) and break the memory figures down, $rounds rounds"
+	raw=$out/memory-detail-output.txt
+	rc=0
+	scripts/vm.sh "${vmargs[@]}" --cmd "$mods $tree/tests/bench/bench_peermem --memory-detail --rounds $rounds --large $((large_mib * 1024 * 1024))" \
+		>"$raw" 2>"$work/vm.log" || rc=$?
+	if [ "$rc" != 0 ]; then
+		grep -E '^(not ok|#)' "$raw" | tail -n 20 >&2
+		pm_die "the memory run failed (guest output: $raw; runner log: $work/vm.log)"
+	fi
+	{
+		echo "# scripts/bench.sh --memory-detail --rounds $rounds${append:+ --append '${append# }'}: $kvariant kernel $(basename "$kdir"), commit $commit ($dirty files changed), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+		echo
+		python3 tests/bench/report.py memdetail "$raw"
+	} > "$out/memory-detail.md" || pm_die "cannot turn $raw into $out/memory-detail.md"
+	cat "$out/memory-detail.md"
+	pm_log "bench: $out/memory-detail.md (guest output: $raw)"
 	exit 0
 fi
 

@@ -31,6 +31,11 @@
  * and side says it was measured.
  *
  *   bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap]
+ *                 [--events-only] [--memory-detail] [--profile SIDE BYTES|free N]
+ *
+ * --memory-detail: only the kernel memory figures, each also broken down by
+ * counter (slab cache, /proc/meminfo, /proc/vmstat) in "memdetail" lines
+ * (scripts/bench.sh --memory-detail; report.py memdetail makes the table).
  *
  * Environment: PEERMEM_DMA_DEVICE (the rig's DMA device, exported by the
  * guest's init; required), GPUSIM_KO, TESTCLIENT_KO, PEERMEM_KO,
@@ -59,9 +64,13 @@ static const char *const side_def[2] = { "peermem.ko", "tests/nvpeermem/nvidia-p
 #define MAXS 4096			/* samples per series */
 
 static int rounds = 10, tap_mode, smoke, events_only;
+/* --memory-detail: only the memory figures, each with its breakdown. */
+static int mem_detail;
 /* --profile: only N reg+dereg of BYTES on SIDE, for a profiler around the run. */
 static int prof_side = -1, prof_n, prof_threads = 1;
 static size_t prof_len;
+/* --profile SIDE free N: N GPU frees under 64 live MRs, profiled around the free only. */
+static int prof_free;
 static size_t large = 512 * MIB;
 static struct conn c;
 static int gfd, tcfd;
@@ -593,6 +602,92 @@ static void meminfo(struct meminfo *m, int settle_ms)
 }
 
 /*
+ * --memory-detail: what the memory figures' free pages went to, by counter.
+ * A snapshot holds, in bytes: each slab cache's objects in use
+ * ("slab_objs:NAME", active_objs x objsize of /proc/slabinfo) and the pages
+ * of its slabs ("slab_pages:NAME", num_slabs x pagesperslab), every
+ * /proc/meminfo line ("meminfo:KEY") and every nr_* counter of /proc/vmstat
+ * ("vmstat:KEY", pages x the page size, or bytes for the *_B ones). Taken
+ * right after meminfo() (which folded the per-CPU counters).
+ */
+#define SNAP_KEYS 1024
+
+struct snap {
+	int n;
+	char key[SNAP_KEYS][80];
+	long long v[SNAP_KEYS];
+};
+
+static void snap_add(struct snap *s, const char *pre, const char *key, long long v)
+{
+	if (s->n == SNAP_KEYS)
+		bail("--memory-detail: more than %d counters", SNAP_KEYS);
+	snprintf(s->key[s->n], sizeof(s->key[0]), "%s:%s", pre, key);
+	s->v[s->n++] = v;
+}
+
+static void snapshot(struct snap *s)
+{
+	long long pg = sysconf(_SC_PAGESIZE), a, nobj, osz, per, pps, as, ns, v;
+	char line[512], name[64];
+	FILE *f;
+
+	s->n = 0;
+	f = fopen("/proc/slabinfo", "r");
+	if (!f)
+		bail("--memory-detail: cannot read /proc/slabinfo: %s", strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63s %lld %lld %lld %lld %lld : tunables %*d %*d %*d : slabdata %lld %lld",
+			   name, &a, &nobj, &osz, &per, &pps, &as, &ns) == 8) {
+			snap_add(s, "slab_objs", name, a * osz);
+			snap_add(s, "slab_pages", name, ns * pps * pg);
+		}
+	fclose(f);
+	f = fopen("/proc/meminfo", "r");
+	if (!f)
+		bail("cannot read /proc/meminfo");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63[^:]: %lld", name, &v) == 2)
+			snap_add(s, "meminfo", name, strstr(line, " kB") ? v * 1024 : v);
+	fclose(f);
+	f = fopen("/proc/vmstat", "r");
+	if (!f)
+		bail("cannot read /proc/vmstat");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63s %lld", name, &v) == 2 && !strncmp(name, "nr_", 3)) {
+			size_t l = strlen(name);
+
+			snap_add(s, "vmstat", name, l > 2 && !strcmp(name + l - 2, "_B") ? v : v * pg);
+		}
+	fclose(f);
+}
+
+/*
+ * One "memdetail FIGURE PARAM SIDE ROUND KEY BYTES" line per counter that
+ * moved between a and b, per registration (tests/bench/report.py memdetail
+ * makes the table).
+ */
+static void snap_diff(const struct snap *a, const struct snap *b, const char *fig,
+		      const char *param, int side, int round, int n)
+{
+	for (int i = 0; i < b->n; i++) {
+		long long va = 0;
+
+		for (int j = 0; j < a->n; j++) {
+			int k = (i + j) % a->n;	/* the same order, mostly */
+
+			if (!strcmp(a->key[k], b->key[i])) {
+				va = a->v[k];
+				break;
+			}
+		}
+		if (b->v[i] != va)
+			printf("memdetail %s %s %s %d %s %.9g\n", fig, param, side_name[side], round,
+			       b->key[i], (double)(b->v[i] - va) / n);
+	}
+}
+
+/*
  * Kernel memory per live registration: n registrations of len bytes live
  * at once (distinct ranges at 2 MiB, the same range at the large size):
  * free pages and slab before and while they live, per registration. Free
@@ -607,7 +702,9 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 {
 	static struct reg r[MEM_NREG];
 	static int ufd[MEM_NREG];
+	static struct snap sa, sb;
 	struct meminfo a, b, e;
+	long long runs0 = 0;
 	char ps[24];
 
 	if (core_only && s == S_FLOOR)
@@ -615,7 +712,11 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 	if (n > MEM_NREG)
 		n = MEM_NREG;
 	size_str(len, ps, sizeof(ps));
+	if (mem_detail)
+		runs0 = gs("dma_runs_mapped");
 	meminfo(&a, 300);
+	if (mem_detail)
+		snapshot(&sa);
 	for (int i = 0; i < n; i++) {
 		uint8_t *p = gbig.p + (len == large ? 0 : i * len);
 
@@ -628,6 +729,15 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 			bail("%s: umem_test of %zu bytes failed", side_name[s], len);
 	}
 	meminfo(&b, 300);
+	if (mem_detail) {
+		snapshot(&sb);
+		snap_diff(&sa, &sb, core_only ? "core_kmem_per_reg_bytes" : "kmem_per_reg_bytes",
+			  ps, s, round, n);
+		/* A count, not bytes: the runs the source's mappings came in. */
+		printf("memdetail %s %s %s %d count:gpusim_dma_runs_mapped %.9g\n",
+		       core_only ? "core_kmem_per_reg_bytes" : "kmem_per_reg_bytes", ps,
+		       side_name[s], round, (double)(gs("dma_runs_mapped") - runs0) / n);
+	}
 	for (int i = 0; i < n; i++) {
 		if (core_only)
 			close(ufd[i]);
@@ -740,6 +850,8 @@ static void run_side(int s, int round)
 	/* Warm the path once after a (re)load. */
 	reg_or_bail(s, gbig.p, 2 * MIB, &r);
 	dereg_or_bail(s, &r);
+	if (mem_detail)
+		goto memory;
 	fig_latency(s, round);
 	fig_layers(s, round);
 	fig_free(s, round, 1);
@@ -753,11 +865,71 @@ static void run_side(int s, int round)
 	 * slab caches keep free (SLUB's per-CPU and partial slabs): counted in
 	 * free pages, a few dozen small objects can come out of slack alone.
 	 */
+memory:
 	fig_memory(s, round, 2 * MIB, smoke ? 4 : (int)(large / (2 * MIB)), 0);
 	fig_memory(s, round, large, smoke ? 2 : 4, 0);
 	fig_memory(s, round, 2 * MIB, smoke ? 4 : (int)(large / (2 * MIB)), 1);
 	fig_memory(s, round, large, smoke ? 2 : 4, 1);
-	fig_sg(s, round);
+	if (!mem_detail)
+		fig_sg(s, round);
+}
+
+/*
+ * --profile SIDE free N: N times a 4 MiB allocation with 64 live MRs (one
+ * per 64 KiB GPU page, as fig_free) and its GPUSIM_IOC_FREE, with perf's
+ * events enabled around the free alone (ctl: perf runs with --control);
+ * then the MRs are deregistered. Prints the frees' wall time: the samples
+ * per free against it say how much of a free the CPUs were busy.
+ */
+#define PERF_CTL "/tmp/bench-perf.ctl"
+#define PERF_ACK "/tmp/bench-perf.ack"
+
+static void perf_ctl(const char *cmd)
+{
+	char ack[16] = "";
+	int fd = open(PERF_CTL, O_WRONLY), afd;
+
+	if (fd < 0 || write(fd, cmd, strlen(cmd)) != (ssize_t)strlen(cmd))
+		bail("perf control %s: %s", PERF_CTL, strerror(errno));
+	close(fd);
+	afd = open(PERF_ACK, O_RDONLY);
+	if (afd < 0 || read(afd, ack, sizeof(ack) - 1) <= 0 || strncmp(ack, "ack", 3))
+		bail("perf did not acknowledge '%s' on %s", cmd, PERF_ACK);
+	close(afd);
+}
+
+static void prof_free_loop(int s, int n, int ctl)
+{
+	struct reg r[NFREE_MRS];
+	double t[MAXS], sum = 0;
+	struct series tmp = { .n = 0 };
+
+	if (n > MAXS)
+		n = MAXS;
+	for (int k = 0; k < n; k++) {
+		struct gmem g;
+		double t0;
+
+		galloc(&g, FREE_LEN, "2097152");
+		for (int i = 0; i < NFREE_MRS; i++)
+			reg_or_bail(s, g.p + i * SLICE, SLICE, &r[i]);
+		if (ctl)
+			perf_ctl("enable\n");
+		t0 = now_s();
+		if (gmem_free(gfd, &g))
+			bail("GPUSIM_IOC_FREE: %s", strerror(errno));
+		t[k] = now_s() - t0;
+		if (ctl)
+			perf_ctl("disable\n");
+		sum += t[k];
+		for (int i = 0; i < NFREE_MRS; i++)
+			dereg_or_bail(s, &r[i]);
+		gmem_drop(&g);
+	}
+	memcpy(tmp.v, t, n * sizeof(double));
+	tmp.n = n;
+	printf("profile %s free: %d GPUSIM_IOC_FREE of 4 MiB under %d MRs, median %.3f ms, sum %.3f s (perf enabled around the frees only)\n",
+	       side_name[s], n, NFREE_MRS, median(&tmp) * 1e3, sum);
 }
 
 static int idle_all(void)
@@ -782,19 +954,22 @@ int main(int argc, char **argv)
 			smoke = 1;
 		else if (!strcmp(argv[i], "--events-only"))
 			events_only = 1;
+		else if (!strcmp(argv[i], "--memory-detail"))
+			mem_detail = 1;
 		else if (!strcmp(argv[i], "--tap"))
 			tap_mode = 1;
 		else if (!strcmp(argv[i], "--profile") && i + 3 < argc) {
 			for (prof_side = 0; prof_side < NSIDES; prof_side++)
 				if (!strcmp(argv[i + 1], side_name[prof_side]))
 					break;
-			prof_len = strtoull(argv[i + 2], NULL, 0);
+			prof_free = !strcmp(argv[i + 2], "free");
+			prof_len = prof_free ? 2 * MIB : strtoull(argv[i + 2], NULL, 0);
 			prof_n = atoi(argv[i + 3]);
 			i += 3;
 			if (prof_side == NSIDES || prof_len % GPU_PAGE || !prof_len || prof_n < 1)
-				bail("--profile SIDE BYTES N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
+				bail("--profile SIDE BYTES|free N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
 		} else
-			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--profile SIDE BYTES N]");
+			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--memory-detail] [--profile SIDE BYTES|free N]");
 	}
 	if (rounds < 1 || rounds > 1000)
 		bail("--rounds must be 1..1000");
@@ -861,11 +1036,34 @@ int main(int argc, char **argv)
 		dereg_or_bail(prof_side, &r);
 		/* BENCH_PERF_OUT=FILE: a system-wide perf record around the loop only. */
 		if (perf_out) {
+			/*
+			 * BENCH_PERF_CALLGRAPH=1: with kernel call chains (perf -g:
+			 * the kernel's ORC unwinder, no frame pointers needed).
+			 * The free profile starts perf with its events disabled and
+			 * enables them around each GPUSIM_IOC_FREE only, through
+			 * perf's control FIFO (perf_ctl).
+			 */
+			const char *av[24];
+			int ac = 0;
+
+			av[ac++] = "perf"; av[ac++] = "record"; av[ac++] = "-q"; av[ac++] = "-a";
+			av[ac++] = "-e"; av[ac++] = "cpu-clock"; av[ac++] = "-F"; av[ac++] = "4000";
+			av[ac++] = "-o"; av[ac++] = perf_out;
+			if (getenv("BENCH_PERF_CALLGRAPH") && !strcmp(getenv("BENCH_PERF_CALLGRAPH"), "1"))
+				av[ac++] = "-g";
+			if (prof_free) {
+				unlink(PERF_CTL);
+				unlink(PERF_ACK);
+				if (mkfifo(PERF_CTL, 0600) || mkfifo(PERF_ACK, 0600))
+					bail("mkfifo %s, %s: %s", PERF_CTL, PERF_ACK, strerror(errno));
+				av[ac++] = "-D"; av[ac++] = "-1";
+				av[ac++] = "--control=fifo:" PERF_CTL "," PERF_ACK;
+			}
+			av[ac] = NULL;
 			fflush(stdout);
 			perf = fork();
 			if (perf == 0) {
-				execlp("perf", "perf", "record", "-q", "-a", "-e", "cpu-clock", "-F",
-				       "4000", "-o", perf_out, (char *)NULL);
+				execvp("perf", (char *const *)av);
 				_exit(127);
 			}
 			if (perf < 0)
@@ -873,7 +1071,9 @@ int main(int argc, char **argv)
 			sleep(2);	/* perf is up */
 		}
 		t0 = now_s();
-		if (prof_threads == 2) {	/* 2 threads, prof_n each (2 MiB) */
+		if (prof_free) {
+			prof_free_loop(prof_side, prof_n, perf > 0);
+		} else if (prof_threads == 2) {	/* 2 threads, prof_n each (2 MiB) */
 			thr_run(prof_side, 2, prof_n);
 		} else {
 			for (int k = 0; k < prof_n; k++) {
@@ -889,10 +1089,15 @@ int main(int argc, char **argv)
 			if (waitpid(perf, &st, 0) != perf || access(perf_out, R_OK) ||
 			    (WIFEXITED(st) && WEXITSTATUS(st) == 127))
 				bail("perf record failed (is perf installed? Debian: linux-perf)");
+			if (prof_free) {
+				unlink(PERF_CTL);
+				unlink(PERF_ACK);
+			}
 		}
-		printf("profile %s %zu bytes, %d thread(s): %d reg+dereg each, %.3f ms per reg+dereg (wall, all threads)\n",
-		       side_name[prof_side], prof_len, prof_threads, prof_n,
-		       (t1 - t0) * 1e3 / (prof_n * prof_threads));
+		if (!prof_free)
+			printf("profile %s %zu bytes, %d thread(s): %d reg+dereg each, %.3f ms per reg+dereg (wall, all threads)\n",
+			       side_name[prof_side], prof_len, prof_threads, prof_n,
+			       (t1 - t0) * 1e3 / (prof_n * prof_threads));
 		rounds = 0;
 	}
 	printf("info rounds %d\n", rounds);

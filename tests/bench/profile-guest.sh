@@ -9,30 +9,112 @@
 # waiting (a grace period, a sleep): compare the wall time per operation
 # with the busy samples.
 #
-#   profile-guest.sh BENCH_PEERMEM BYTES N [TOP [THREADS]]
+#   profile-guest.sh BENCH_PEERMEM BYTES|free N [TOP [THREADS [CALLGRAPH]]]
 #
 # THREADS 2 (BYTES 2 MiB only): two threads registering distinct ranges, N
 # each, as the 1 vs 2 threads figure does.
-bench=$1 bytes=$2 n=$3 top=${4:-25} threads=${5:-1}
+# BYTES "free": N GPU frees of 4 MiB under 64 live MRs each (as the GPU
+# free -> revoked figure), perf enabled around the frees only; the symbols
+# also in microseconds of CPU per free (4000 samples/s per vCPU).
+# The microseconds are the symbol's share of all samples times the CPU
+# time of the frees (vCPUs x their summed wall time): under TCG the
+# sampling timer reaches far fewer than the nominal 4000 samples/s (the
+# rate reached is printed), so the samples are scaled to the time they
+# cover. After the profiles, the frees are timed without perf in 10
+# rounds of 30 per side, the sides in a rotating order, for their medians.
+# CALLGRAPH 1: perf record -g (kernel call chains through the kernel's ORC
+# unwinder); adds, for every sample spinning on or waiting for a mutex, the
+# first caller outside the mutex code, and for the free profile the
+# symbols by inclusive share (time in them and in what they call).
+bench=$1 bytes=$2 n=$3 top=${4:-25} threads=${5:-1} cg=${6:-0}
 command -v perf >/dev/null || { echo "no perf on the host (Debian: linux-perf); nothing profiled"; exit 1; }
 echo 0 > /proc/sys/kernel/kptr_restrict
 echo -1 > /proc/sys/kernel/perf_event_paranoid
-large=$(( bytes > 67108864 ? bytes : 67108864 ))
+if [ "$bytes" = free ]; then large=67108864; else large=$(( bytes > 67108864 ? bytes : 67108864 )); fi
+idle_re='default_idle|cpu_idle|safe_halt|mwait_idle|poll_idle|acpi_idle'
 for side in peermem nvidia-peermem floor; do
 	out=/tmp/perf.$side
-	BENCH_PROF_THREADS=$threads BENCH_PERF_OUT=$out "$bench" --profile "$side" "$bytes" "$n" --large "$large" | grep -E '^(profile|not ok)' || exit 1
-	perf report -q -i "$out" --stdio --sort sym 2>/dev/null | awk -v top="$top" -v side="$side" '
+	line=$(BENCH_PERF_CALLGRAPH=$cg BENCH_PROF_THREADS=$threads BENCH_PERF_OUT=$out "$bench" --profile "$side" "$bytes" "$n" --large "$large" | grep -E '^(profile|not ok)')
+	echo "$line"
+	case "$line" in profile*) ;; *) exit 1 ;; esac
+	# The frees' summed wall time (free profile): the CPU time sampled.
+	wall=$(sed -n 's/.* sum \([0-9.]*\) s .*/\1/p' <<<"$line")
+	cpus=$(nproc)
+	total=$(perf report -q -i "$out" --stdio --no-children -n --sort sym -g none 2>/dev/null | awk '/^ *[0-9.]+%/ { s += $2 } END { print s + 0 }')
+	if [ "$bytes" = free ]; then
+		awk -v t="$total" -v w="$wall" -v c="$cpus" -v side="$side" 'BEGIN {
+			printf "%s: %d samples in %.3f s of frees on %d vCPUs: %.0f samples/s per vCPU (perf_event_max_sample_rate now %s)\n",
+				side, t, w, c, t / (w * c), "'"$(cat /proc/sys/kernel/perf_event_max_sample_rate)"'" }'
+	fi
+	perf report -q -i "$out" --stdio --no-children -n --sort sym -g none 2>/dev/null | awk -v top="$top" -v side="$side" -v n="$n" -v free="$bytes" -v total="$total" -v cput="${wall:-0}" -v cpus="$cpus" '
 		/^ *[0-9.]+%/ {
-			p = $1; sub(/%/, "", p); sym = $0; sub(/^ *[0-9.]+% +/, "", sym)
-			if (sym ~ /default_idle|cpu_idle|safe_halt|mwait_idle|poll_idle|acpi_idle/) { idle += p; next }
-			n++; pc[n] = p; name[n] = sym; busy += p
+			p = $1; sub(/%/, "", p); c = $2; sym = $0; sub(/^ *[0-9.]+% +[0-9]+ +/, "", sym)
+			if (sym ~ /'"$idle_re"'/) { idle += p; idlec += c; next }
+			k++; pc[k] = p; cnt[k] = c; name[k] = sym; busy += p; busyc += c
 		}
 		END {
-			printf "%s: busy %.1f%% of the CPU samples (2 vCPUs), idle %.1f%%; top symbols as shares of the busy samples:\n", side, busy, idle
-			for (i = 1; i <= n && i <= top; i++) printf "  %6.2f%%  %s\n", 100 * pc[i] / busy, name[i]
+			printf "%s: busy %.1f%% of the CPU samples (2 vCPUs), idle %.1f%%", side, busy, idle
+			us = cput * cpus / total / n * 1e6	# CPU time per sample, per free
+			if (free == "free")
+				printf "; per free: %.0f us busy, %.0f us idle (CPU time, all vCPUs)", busyc * us, idlec * us
+			printf "; top symbols as shares of the busy samples%s:\n", free == "free" ? " (and us of CPU per free)" : ""
+			for (i = 1; i <= k && i <= top; i++)
+				if (free == "free")
+					printf "  %6.2f%%  %7.1f us  %s\n", 100 * pc[i] / busy, cnt[i] * us, name[i]
+				else
+					printf "  %6.2f%%  %s\n", 100 * pc[i] / busy, name[i]
 		}'
 	echo "$side: busy samples by object (the kernel, each module, user space):"
-	perf report -q -i "$out" --stdio --sort dso 2>/dev/null | awk '
+	perf report -q -i "$out" --stdio --no-children --sort dso -g none 2>/dev/null | awk '
 		/^ *[0-9.]+%/ { p = $1; sub(/%/, "", p); d = $2; v[d] += p; t += p }
 		END { for (d in v) printf "  %6.2f%%  %s\n", 100 * v[d] / t, d }' | sort -rn | head -n 8
+	[ "$cg" = 1 ] || continue
+	# Call chains: one block per sample, the leaf first.
+	perf script -i "$out" -F ip,sym,dso 2>/dev/null > /tmp/perf.$side.chains
+	echo "$side: samples in the mutex code (leaf mutex_spin_on_owner, osq_lock, mutex_lock*, __mutex_*), by the first caller outside it:"
+	awk '
+		function flush() {
+			if (nf && leaf ~ /^(mutex_spin_on_owner|osq_lock|__mutex_lock|mutex_lock|__mutex_|mutex_optimistic_spin)/) {
+				tot++; who = "(chain ends in the mutex code)"
+				for (i = 2; i <= nf; i++)
+					if (fr[i] !~ /^(mutex_spin_on_owner|osq_lock|__mutex|mutex_lock|mutex_optimistic_spin)/) { who = fr[i] " " dso[i]; break }
+				by[leaf " <- " who]++
+			}
+			nf = 0
+		}
+		/^[[:space:]]*$/ { flush(); next }
+		{ nf++; s = $2; sub(/\+0x[0-9a-f]+$/, "", s); fr[nf] = s; dso[nf] = $NF; if (nf == 1) leaf = s }
+		END { flush(); printf "  %d samples\n", tot; for (k in by) printf "  %6d  %s\n", by[k], k }' /tmp/perf.$side.chains | sort -k1,1rn | head -n 15
+	if [ "$bytes" = free ]; then
+		echo "$side: symbols by inclusive share of the busy samples (itself and what it calls), and us of CPU per free:"
+		perf report -q -i "$out" --stdio --children --sort sym -g none 2>/dev/null | awk -v top="$top" -v n="$n" -v cput="$wall" -v cpus="$cpus" '
+			/^ *[0-9.]+%/ {
+				sym = $0; sub(/^ *[0-9.]+% +[0-9.]+% +/, "", sym)
+				if (sym ~ /'"$idle_re"'|ret_from_fork|kthread|cpu_startup_entry|do_idle|ap_starting|start_secondary|common_startup|x86_64_start|start_kernel|rest_init/) next
+				if (++k > top) exit
+				c = $1; sub(/%/, "", c); printf "  %6s  %7.1f us  %s\n", $1, c / 100 * cput * cpus / n * 1e6, sym
+			}'
+	fi
 done
+[ "$bytes" = free ] || exit 0
+echo "GPU frees timed without perf: 10 rounds of 30 frees per side, the sides in a rotating order (median of each round's 30):"
+sides=(peermem nvidia-peermem floor)
+for r in 0 1 2 3 4 5 6 7 8 9; do
+	for k in 0 1 2; do
+		side=${sides[(r + k) % 3]}
+		"$bench" --profile "$side" free 30 --large "$large" | sed -n "s/^profile \([a-z-]*\) free: .*median \([0-9.]*\) ms.*/round $r \1 \2/p"
+	done
+done | awk '{ print "  " $0; v[$3] = v[$3] " " $4; m[$2, $3] = $4; if ($2 + 1 > nr) nr = $2 + 1 }
+	END {
+		for (r = 0; r < nr; r++)
+			if (m[r, "nvidia-peermem"] > 0) { k++; q[k] = m[r, "peermem"] / m[r, "nvidia-peermem"]; qs = qs sprintf(" %.2f", q[k]) }
+		for (i = 2; i <= k; i++)
+			for (j = i; j > 1 && q[j - 1] > q[j]; j--) { t = q[j]; q[j] = q[j - 1]; q[j - 1] = t }
+		if (k) printf "  peermem / nvidia-peermem per round:%s; median %.3f\n", qs, k % 2 ? q[(k + 1) / 2] : (q[k / 2] + q[k / 2 + 1]) / 2
+		for (s in v) {
+			n = split(v[s], a, " ")
+			for (i = 2; i <= n; i++)	# insertion sort (mawk has no asort)
+				for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+			printf "  %s: median of the round medians %.3f ms (rounds:%s)\n", s, n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2, v[s]
+		}
+	}'

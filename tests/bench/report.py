@@ -6,6 +6,8 @@
     report.py table JSON                 the table of one run (stdout)
     report.py plot JSON PNG              latency vs size, log-log (matplotlib)
     report.py distortion PLAIN DEBUG     the debug kernel's ratios beside the plain one's
+    report.py memdetail GUEST_OUTPUT     bench_peermem --memory-detail's breakdown
+                                         of the memory figures by counter (Markdown)
 
 scripts/bench.sh runs all of them. Only the standard library is needed but
 for the plot, which needs matplotlib (Debian's python3-matplotlib).
@@ -419,6 +421,107 @@ def cmd_distortion(plain, debug, markdown=False):
                      for l in [head] + lines)
 
 
+# Counters of /proc/meminfo that are kernel memory the free-page count sees
+# (what is left of it after them: page allocations no counter names).
+MEM_NAMED = ["Slab", "SecPageTables", "PageTables", "KernelStack", "Percpu", "VmallocUsed"]
+
+
+def cmd_memdetail(raw):
+    """Medians over the rounds of each counter's change per registration,
+    per side, for each memory figure; a round that printed no line for a
+    counter counts as 0 (only counters that moved are printed)."""
+    tot, det, rounds = {}, {}, {}
+    with open(raw) as f:
+        for line in f:
+            w = line.split()
+            if len(w) == 6 and w[0] == "sample" and "kmem_per_reg_bytes" in w[1]:
+                fig = (w[1], w[2])
+                tot.setdefault(fig, {}).setdefault(w[3], {})[int(w[4])] = float(w[5])
+                rounds.setdefault(fig, {}).setdefault(w[3], set()).add(int(w[4]))
+            elif len(w) == 7 and w[0] == "memdetail":
+                det.setdefault((w[1], w[2]), {}).setdefault(w[5], {}).setdefault(w[3], {})[int(w[4])] = float(w[6])
+    if not tot:
+        sys.exit("report.py memdetail: no memory samples in %s (run bench_peermem --memory-detail)" % raw)
+
+    def med(series, side, fig):
+        rs = sorted(rounds[fig].get(side, ()))
+        if not rs:
+            return None
+        return pct([series.get(side, {}).get(r, 0.0) for r in rs], 0.5)
+
+    def b(v):
+        if v is None:
+            return "-"
+        a = abs(v)
+        if a >= 1024 * 1024:
+            return "%.2f MiB" % (v / 1048576)
+        if a >= 1024:
+            return "%.1f KiB" % (v / 1024)
+        return "%.0f B" % v
+
+    out = []
+    for fig in sorted(tot):
+        sides = [s for s in SIDES if s in rounds[fig]]
+        what = "core + client only (umem_test)" if fig[0].startswith("core_") else "ibv_reg_mr (the whole MR)"
+        n = max(len(v) for v in rounds[fig].values())
+        out.append("### %s, %s: per live registration, median of %d rounds" % (what, size_label(fig[1]), n))
+        out.append("")
+        head = ["counter"] + sides
+        floor = "floor" in sides
+        peers = [s for s in sides if s != "floor"]
+        if floor:
+            head += ["%s - floor" % s for s in peers]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + " --- |" * len(head))
+        keys = det.get(fig, {})
+        total = {s: med(tot[fig], s, fig) for s in sides}
+        named = {s: sum(med(keys.get("meminfo:" + k, {}), s, fig) or 0 for k in MEM_NAMED) for s in sides}
+        rows = [("free pages (all kernel memory)", total),
+                ("  not in " + " + ".join(MEM_NAMED), {s: total[s] - named[s] for s in sides})]
+        # Slab bytes in no cache's slabs: kmalloc()s above the largest
+        # kmalloc cache (8 KiB), which the page allocator serves and counts
+        # in Slab (per round, then the median).
+        caches = [k for k in keys if k.startswith("slab_pages:")]
+        big = {}
+        for s_ in sides:
+            v = [keys.get("meminfo:Slab", {}).get(s_, {}).get(r, 0.0) -
+                 sum(keys[k].get(s_, {}).get(r, 0.0) for k in caches) for r in sorted(rounds[fig][s_])]
+            big[s_] = pct(v, 0.5)
+        rows.append(("  Slab in no cache's slabs (kmalloc above 8 KiB: whole pages)", big))
+        thr = max(256.0, 0.005 * max(abs(v) for v in total.values()))
+
+        def order(k):
+            kind = k.split(":")[0]
+            return ({"meminfo": 0, "vmstat": 1, "slab_pages": 2, "slab_objs": 3}.get(kind, 4),
+                    -max(abs(med(keys[k], s, fig) or 0) for s in sides))
+        for k in sorted(keys, key=order):
+            if k.startswith("count:"):
+                continue
+            m = {s: med(keys[k], s, fig) for s in sides}
+            if max(abs(v or 0) for v in m.values()) < thr:
+                continue
+            # Free memory itself (the first row) and limits derived from it.
+            if k in ("meminfo:MemFree", "meminfo:MemAvailable", "vmstat:nr_free_pages",
+                     "vmstat:nr_free_pages_blocks", "vmstat:nr_dirty_threshold",
+                     "vmstat:nr_dirty_background_threshold"):
+                continue
+            rows.append((k, m))
+        cnt = "count:gpusim_dma_runs_mapped"
+        if cnt in keys:
+            rows.append(("gpusim's bus-contiguous runs handed out (a count)",
+                         {s: med(keys[cnt], s, fig) for s in sides}))
+        for label, m in rows:
+            f = b if not label.endswith("(a count)") else (lambda v: "-" if v is None else "%.0f" % v)
+            cells = [label] + [f(m[s]) for s in sides]
+            if floor:
+                cells += [f(None if m[s] is None or m["floor"] is None else m[s] - m["floor"]) for s in peers]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+        out.append("(rows: counters that moved by at least %s per registration on some side)" % b(thr))
+        out.append("")
+    return "\n".join(out)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -439,6 +542,8 @@ def main():
         cmd_plot(argv[0], argv[1])
     elif cmd == "distortion" and len(argv) == 2:
         print(cmd_distortion(argv[0], argv[1], md))
+    elif cmd == "memdetail" and len(argv) == 1:
+        print(cmd_memdetail(argv[0]))
     else:
         sys.exit(__doc__)
 
