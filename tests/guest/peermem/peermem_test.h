@@ -254,6 +254,28 @@ static int pm_param_on(const char *param)
  * peermem if it is loaded); the reference client goes first. Bails out on
  * failure. Sets pm_name, pm_nc_name and pm_dir.
  */
+/*
+ * The host side of a test on gpusim memory: an RC loopback on rxe in *c,
+ * /dev/gpusim opened (the fd is returned) and a zeroed host buffer of len
+ * bytes registered in *h / *hmr. Bails out on any failure.
+ */
+static int gpusim_and_host_mr(struct conn *c, size_t len, uint8_t **h, struct ibv_mr **hmr)
+{
+	int fd;
+
+	if (conn_open(c))
+		bail("cannot set up an RC loopback on " RXE_DEV);
+	fd = open("/dev/gpusim", O_RDWR);
+	*h = aligned_alloc(4096, len);
+	if (fd < 0 || !*h)
+		bail("cannot open /dev/gpusim or allocate host memory");
+	memset(*h, 0, len);
+	*hmr = ibv_reg_mr(c->pd, *h, len, MR_ACCESS);
+	if (!*hmr)
+		bail("host MR failed: %s", strerror(errno));
+	return fd;
+}
+
 static void load_modules(const char *args)
 {
 	char ko[512];

@@ -408,15 +408,7 @@ int main(void)
 	load_modules(NULL);
 	if (strcmp(pm_name, "nv_mem"))
 		bail("this test expects peermem's default client name nv_mem (got %s)", pm_name);
-	if (conn_open(&c))
-		bail("cannot set up an RC loopback on " RXE_DEV);
-	fd = open("/dev/gpusim", O_RDWR);
-	h = aligned_alloc(4096, LEN);
-	if (fd < 0 || !h)
-		bail("cannot open /dev/gpusim or allocate host memory");
-	hmr = ibv_reg_mr(c.pd, h, LEN, MR_ACCESS);
-	if (!hmr)
-		bail("host MR failed: %s", strerror(errno));
+	fd = gpusim_and_host_mr(&c, LEN, &h, &hmr);
 	if (gmem_alloc(fd, LEN, &g))
 		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
 	fault_setup();

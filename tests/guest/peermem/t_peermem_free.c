@@ -40,17 +40,10 @@ int main(void)
 	rxe_up();
 	load_modules(NULL);
 	ok(1, "gpusim and peermem loaded (client %s)", pm_name);
-	if (conn_open(&c))
-		bail("cannot set up an RC loopback on " RXE_DEV);
-	fd = open("/dev/gpusim", O_RDWR);
-	h = aligned_alloc(4096, 2 * LEN);
+	fd = gpusim_and_host_mr(&c, 2 * LEN, &h, &hmr);
 	saved = malloc(LEN);
-	if (fd < 0 || !h || !saved)
-		bail("cannot open /dev/gpusim or allocate host memory");
-	memset(h, 0, 2 * LEN);
-	hmr = ibv_reg_mr(c.pd, h, 2 * LEN, MR_ACCESS);
-	if (!hmr)
-		bail("host MR failed: %s", strerror(errno));
+	if (!saved)
+		bail("out of memory");
 
 	/* --- GPUSIM_IOC_FREE while two MRs (whole, and a sub-range) are live. */
 	for (int contig = 0; contig < 2; contig++) {

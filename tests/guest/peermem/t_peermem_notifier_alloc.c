@@ -297,15 +297,7 @@ int main(void)
 
 	rxe_up();
 	load_modules(NULL);
-	if (conn_open(&c))
-		bail("cannot set up an RC loopback on " RXE_DEV);
-	fd = open("/dev/gpusim", O_RDWR);
-	h = aligned_alloc(4096, LEN);
-	if (fd < 0 || !h)
-		bail("cannot open /dev/gpusim or allocate host memory");
-	hmr = ibv_reg_mr(c.pd, h, LEN, MR_ACCESS);
-	if (!hmr)
-		bail("host MR failed: %s", strerror(errno));
+	fd = gpusim_and_host_mr(&c, LEN, &h, &hmr);
 	for (i = 0; i < NMR; i++) {
 		if (gmem_alloc(fd, LEN, &g[i]))
 			bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));

@@ -116,15 +116,7 @@ int main(void)
 
 	rxe_up();
 	load_modules(NULL);
-	gfd = open("/dev/gpusim", O_RDWR);
-	h = aligned_alloc(4096, 2 * SLOT_LEN);
-	if (gfd < 0 || !h)
-		bail("cannot open /dev/gpusim or allocate host memory");
-	if (conn_open(&c))
-		bail("cannot set up an RC loopback on " RXE_DEV);
-	hmr = ibv_reg_mr(c.pd, h, 2 * SLOT_LEN, MR_ACCESS);
-	if (!hmr)
-		bail("host MR: %s", strerror(errno));
+	gfd = gpusim_and_host_mr(&c, 2 * SLOT_LEN, &h, &hmr);
 	r = rcache_init(&rc, c.pd, MR_ACCESS);
 	ok(r == 0, "the cache opened /dev/peermem and mapped its generation page (%s)", strerror(-r));
 	if (r)
