@@ -405,16 +405,34 @@ static void test_read_only(void)
 
 /* Mappings that are not the source's: refused, nothing held. */
 /*
+ * ibv_reg_mr of [p, p + len) must be declined by the PFN source ("not
+ * mine": EFAULT, pfn registrations_declined +1); `what` names the case.
+ */
+static void declined(const char *what, void *p, size_t len, int access)
+{
+	long long d0 = pf("registrations_declined");
+	struct ibv_mr *mr;
+	int e;
+
+	errno = 0;
+	mr = ibv_reg_mr(c.pd, p, len, access);
+	e = errno;
+	ok(!mr && e == EFAULT && pf("registrations_declined") == d0 + 1,
+	   "%s: refused with EFAULT, pfn registrations_declined +1 (got %s, errno %d)",
+	   what, mr ? "an MR" : "NULL", e);
+	if (mr)
+		ibv_dereg_mr(mr);
+}
+
+/*
  * Device memory mapped as a driver maps its BAR (the exporter's physical
  * window, io_remap_pfn_range): not RAM, refused ("not mine", EFAULT).
  */
 static void test_window(const char *what, uint64_t phys, uint64_t len)
 {
 	struct pfnmap_window w = { .phys = phys, .len = len };
-	struct ibv_mr *mr;
-	long long d0;
+	char desc[300];
 	uint8_t *p;
-	int e;
 
 	if (ioctl(efd, PFNMAP_IOC_WINDOW, &w))
 		bail("PFNMAP_IOC_WINDOW %#llx+%#llx: %s", (unsigned long long)phys,
@@ -423,15 +441,9 @@ static void test_window(const char *what, uint64_t phys, uint64_t len)
 	if (p == MAP_FAILED)
 		bail("mmap of the window %#llx+%#llx: %s", (unsigned long long)phys,
 		     (unsigned long long)len, strerror(errno));
-	d0 = pf("registrations_declined");
-	errno = 0;
-	mr = ibv_reg_mr(c.pd, p, len, IBV_ACCESS_REMOTE_READ);
-	e = errno;
-	ok(!mr && e == EFAULT && pf("registrations_declined") == d0 + 1,
-	   "%s (%#llx+%#llx, VM_PFNMAP): refused with EFAULT, pfn registrations_declined +1 (got %s, errno %d)",
-	   what, (unsigned long long)phys, (unsigned long long)len, mr ? "an MR" : "NULL", e);
-	if (mr)
-		ibv_dereg_mr(mr);
+	snprintf(desc, sizeof(desc), "%s (%#llx+%#llx, VM_PFNMAP)", what,
+		 (unsigned long long)phys, (unsigned long long)len);
+	declined(desc, p, len, IBV_ACCESS_REMOTE_READ);
 	munmap(p, len);
 }
 
@@ -468,10 +480,7 @@ static int find_bar(uint64_t *phys, uint64_t *len, char *what, size_t n)
 
 static void test_refused(void)
 {
-	struct ibv_mr *mr;
-	long long d0;
 	uint8_t *p;
-	int e;
 	uint64_t bar_phys, bar_len;
 	char bar_dev[64];
 
@@ -484,28 +493,12 @@ static void test_refused(void)
 	p = exporter_map(efd, 4u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE);
 	if (!p)
 		bail("private mmap: %s", strerror(errno));
-	d0 = pf("registrations_declined");
-	errno = 0;
-	mr = ibv_reg_mr(c.pd, p, 4u << 20, MR_ACCESS);
-	e = errno;
-	ok(!mr && e == EFAULT && pf("registrations_declined") == d0 + 1,
-	   "copy-on-write (MAP_PRIVATE, writable) PFN mapping: refused with EFAULT, pfn registrations_declined +1 (got %s, errno %d)",
-	   mr ? "an MR" : "NULL", e);
-	if (mr)
-		ibv_dereg_mr(mr);
+	declined("copy-on-write (MAP_PRIVATE, writable) PFN mapping", p, 4u << 20, MR_ACCESS);
 	munmap(p, 4u << 20);
 
 	ok(exporter_alloc(efd, LEN, 0, NULL) == 0, "exporter: 8 MiB of ordinary kernel pages (not reserved)");
 	p = map_rw();
-	d0 = pf("registrations_declined");
-	errno = 0;
-	mr = ibv_reg_mr(c.pd, p, LEN, MR_ACCESS);
-	e = errno;
-	ok(!mr && e == EFAULT && pf("registrations_declined") == d0 + 1,
-	   "PFN mapping of RAM the page allocator manages: refused with EFAULT (\"not mine\"), pfn registrations_declined +1 (got %s, errno %d)",
-	   mr ? "an MR" : "NULL", e);
-	if (mr)
-		ibv_dereg_mr(mr);
+	declined("PFN mapping of RAM the page allocator manages (\"not mine\")", p, LEN, MR_ACCESS);
 	munmap(p, LEN);
 	test_window("the legacy VGA window 0xa0000-0xbffff (device memory inside the kernel's memory map, its pages PageReserved)",
 		    0xa0000, 0x20000);
