@@ -241,6 +241,7 @@ fn create_debugfs() -> Result<Debugfs> {
     // The PFN-map source's counters (docs/module.md, "PFN-mapped memory").
     if let Some(pfn) = d.subdir(c"pfn") {
         stats::STATS_PFN.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
+        stats::STATS_PFN_BAR.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
     }
     inject::for_each(|name, knob| d.add_u32(name, knob.atomic()));
     Ok(d)

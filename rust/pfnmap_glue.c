@@ -2,8 +2,9 @@
 /*
  * C glue of peermem's PFN-map page source (docs/module.md, "PFN-mapped
  * memory"): the module parameter, the PFN walk under the mmap lock
- * (follow_pfnmap_start/end, 6.12+) and the DMA mapping of the runs
- * (dma_map_resource). The decisions stay in Rust (rust/client/pfnmap.rs,
+ * (follow_pfnmap_start/end, 6.12+), the lookup of a PCI BAR and its
+ * peer-to-peer path (pci_p2pdma_distance) and the DMA mapping of the runs
+ * (dma_map_resource, or a BAR's bus addresses). The decisions stay in Rust (rust/client/pfnmap.rs,
  * rust/kapi/pfnmap.rs); see include/peermem_pfnmap.h for the contract.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -13,6 +14,8 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/pci.h>
+#include <linux/pci-p2pdma.h>
+#include <linux/ratelimit.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
 
@@ -23,9 +26,19 @@ module_param(pfnmap, bool, 0444);
 MODULE_PARM_DESC(pfnmap,
 		 "Serve memory registrations on PFN-mapped memory (mmap of a driver that uses remap_pfn_range: VM_PFNMAP) when it is RAM the kernel does not manage (reserved at boot, PageReserved), revoking the registration through the core when the mapping changes (default N: the driver that exports the memory must zap user mappings before it reuses the memory, see docs/module.md; needs mmu_notifier=Y and enable_invalidate=Y)");
 
+static bool pfnmap_ram_only;
+module_param(pfnmap_ram_only, bool, 0444);
+MODULE_PARM_DESC(pfnmap_ram_only,
+		 "With pfnmap=Y, serve reserved RAM only, never a PCI device's memory BAR (default N: a BAR is served when the RDMA device can reach it peer-to-peer, as pci_p2pdma_distance says: both below one PCIe switch with no ACS redirect between them, or a host bridge the kernel knows to route peer-to-peer)");
+
 bool peermem_param_pfnmap(void)
 {
 	return pfnmap;
+}
+
+void peermem_pfn_put_dev(struct pci_dev *dev)
+{
+	pci_dev_put(dev);
 }
 
 void peermem_pfn_free(void *p)
@@ -51,7 +64,12 @@ static u32 peermem_pfn_classify(unsigned long pfn)
 	if (is_zero_pfn(pfn))
 		return PEERMEM_PFN_ZERO_PAGE;
 	if (pfn_valid(pfn)) {
-		if (!PageReserved(pfn_to_page(pfn)))
+		struct page *page = pfn_to_page(pfn);
+
+		/* A BAR's pages when its driver published it (P2PDMA). */
+		if (is_zone_device_page(page))
+			return PEERMEM_PFN_NOT_RAM;
+		if (!PageReserved(page))
 			return PEERMEM_PFN_MANAGED_RAM;
 		/*
 		 * Holes inside the kernel's memory map have reserved struct
@@ -96,8 +114,60 @@ static int peermem_pfn_add(struct peermem_pfn_run **runs, u32 *n, u32 *cap,
 	return 0;
 }
 
+/* Whether BAR @bar of @dev holds the page at @pfn whole. */
+static bool peermem_bar_holds(struct pci_dev *dev, int bar, unsigned long pfn)
+{
+	const struct resource *r = &dev->resource[bar];
+
+	return (r->flags & IORESOURCE_MEM) && r->end > r->start &&
+	       PFN_PHYS(pfn) >= r->start && PFN_PHYS(pfn) + PAGE_SIZE - 1 <= r->end;
+}
+
+/* The PCI device (with a reference) and memory BAR holding pfn's page. */
+static struct pci_dev *peermem_pfn_find_bar(unsigned long pfn, int *bar)
+{
+	struct pci_dev *dev = NULL;
+	int i;
+
+	while ((dev = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, dev))) {
+		for (i = 0; i < PCI_STD_NUM_BARS; i++) {
+			if (peermem_bar_holds(dev, i, pfn)) {
+				*bar = i;
+				return dev;
+			}
+		}
+	}
+	return NULL;
+}
+
+/*
+ * What a page that is not RAM may still be: a page of the BAR the range's
+ * earlier pages are in (*dev, *bar), or, for the first page (first), of any
+ * PCI device's memory BAR, which then becomes *dev, *bar.
+ */
+static u32 peermem_pfn_classify_bar(unsigned long pfn, bool first,
+				    struct pci_dev **dev, int *bar)
+{
+	struct pci_dev *d;
+	int b;
+
+	if (*dev && peermem_bar_holds(*dev, *bar, pfn))
+		return PEERMEM_PFN_OK;
+	d = peermem_pfn_find_bar(pfn, &b);
+	if (!d)
+		return PEERMEM_PFN_NOT_RAM;
+	if (pfnmap_ram_only || *dev || !first) {
+		pci_dev_put(d);
+		return pfnmap_ram_only ? PEERMEM_PFN_BAR_RAM_ONLY : PEERMEM_PFN_MIXED;
+	}
+	*dev = d;
+	*bar = b;
+	return PEERMEM_PFN_OK;
+}
+
 int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_run **runs,
-			u32 *nruns, bool *writable, u32 *why, u64 *where)
+			u32 *nruns, bool *writable, u32 *why, u64 *where,
+			struct pci_dev **bar_dev, int *bar)
 {
 	struct mm_struct *mm = current->mm;
 	struct peermem_pfn_run *r = NULL;
@@ -107,6 +177,8 @@ int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_run **runs,
 
 	*runs = NULL;
 	*nruns = 0;
+	*bar_dev = NULL;
+	*bar = 0;
 	*writable = true;
 	*why = PEERMEM_PFN_OK;
 	*where = 0;
@@ -157,6 +229,11 @@ int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_run **runs,
 				*writable = false;
 			follow_pfnmap_end(&args);
 			*why = peermem_pfn_classify(pfn);
+			/* A range is all RAM or all one BAR. */
+			if (*why == PEERMEM_PFN_NOT_RAM)
+				*why = peermem_pfn_classify_bar(pfn, !n, bar_dev, bar);
+			else if (!*why && *bar_dev)
+				*why = PEERMEM_PFN_MIXED;
 			if (*why)
 				break;
 			ret = peermem_pfn_add(&r, &n, &cap, PFN_PHYS(pfn));
@@ -168,6 +245,8 @@ out:
 	mmap_read_unlock(mm);
 	if (ret || *why) {
 		kvfree(r);
+		pci_dev_put(*bar_dev);
+		*bar_dev = NULL;
 		return ret;
 	}
 	*runs = r;
@@ -175,17 +254,84 @@ out:
 	return 0;
 }
 
+/* Whether @port redirects peer requests upstream (ACS control, read now). */
+static bool peermem_acs_redirects(struct pci_dev *port)
+{
+	u16 ctrl;
+
+	if (!port->acs_cap)
+		return false;
+	pci_read_config_word(port, port->acs_cap + PCI_ACS_CTRL, &ctrl);
+	return ctrl & (PCI_ACS_RR | PCI_ACS_CR | PCI_ACS_EC);
+}
+
+/*
+ * How @client reaches a BAR of @provider peer-to-peer: -EOPNOTSUPP if
+ * pci_p2pdma_distance() says it cannot, else PEERMEM_P2P_BUS_ADDR when both
+ * sit below a common bridge and no port on the way redirects peer requests
+ * (the switch routes the bus address to the BAR, no IOMMU on the way), else
+ * PEERMEM_P2P_RESOURCE (through a host bridge the kernel allows: mapped
+ * like any resource, through the IOMMU if there is one). The kernel's
+ * pci_p2pdma_map_type() cannot answer this for a BAR whose driver did not
+ * set up P2PDMA itself, which is every BAR a PFN map can show us; this
+ * follows the same rules (calc_map_type_and_dist in drivers/pci/p2pdma.c).
+ */
+static int peermem_p2pdma_map_type(struct pci_dev *provider, struct pci_dev *client)
+{
+	static DEFINE_RATELIMIT_STATE(rs, 60 * HZ, 1);
+	struct pci_dev *a, *b;
+	bool redirect = false;
+
+	if (pci_p2pdma_distance(provider, &client->dev, false) < 0) {
+		/* Again, verbose: the kernel says why and what to change. */
+		if (__ratelimit(&rs))
+			pci_p2pdma_distance(provider, &client->dev, true);
+		return -EOPNOTSUPP;
+	}
+	for (a = provider; a; a = pci_upstream_bridge(a)) {
+		if (peermem_acs_redirects(a))
+			redirect = true;
+		for (b = client; b; b = pci_upstream_bridge(b))
+			if (a == b)
+				goto common;
+	}
+	return PEERMEM_P2P_RESOURCE;
+common:
+	for (b = client; b != a; b = pci_upstream_bridge(b))
+		if (peermem_acs_redirects(b))
+			redirect = true;
+	return redirect ? PEERMEM_P2P_RESOURCE : PEERMEM_P2P_BUS_ADDR;
+}
+
 int peermem_pfn_dma_map(struct pci_dev *pdev, const struct peermem_pfn_run *runs,
-			u32 nruns, bool writable, u64 **dma)
+			u32 nruns, bool writable, struct pci_dev *bar_dev, int bar,
+			u64 **dma, u32 *how)
 {
 	enum dma_data_direction dir = writable ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
 	u64 *d;
 	u32 i;
 
 	*dma = NULL;
+	*how = PEERMEM_P2P_RESOURCE;
+	if (bar_dev) {
+		int t = peermem_p2pdma_map_type(bar_dev, pdev);
+
+		if (t < 0)
+			return t;
+		*how = t;
+	}
 	d = kvmalloc_array(nruns, sizeof(*d), GFP_KERNEL);
 	if (!d)
 		return -ENOMEM;
+	if (*how == PEERMEM_P2P_BUS_ADDR) {
+		/* pci_p2pdma_bus_addr_map(): the BAR's CPU-to-bus offset. */
+		u64 off = pci_bus_address(bar_dev, bar) - pci_resource_start(bar_dev, bar);
+
+		for (i = 0; i < nruns; i++)
+			d[i] = runs[i].phys + off;
+		*dma = d;
+		return 0;
+	}
 	for (i = 0; i < nruns; i++) {
 		/*
 		 * dma_map_resource: no struct page is used (the memory may have
@@ -207,12 +353,13 @@ int peermem_pfn_dma_map(struct pci_dev *pdev, const struct peermem_pfn_run *runs
 }
 
 void peermem_pfn_dma_unmap(struct pci_dev *pdev, const struct peermem_pfn_run *runs,
-			   u32 nruns, bool writable, u64 *dma)
+			   u32 nruns, bool writable, u32 how, u64 *dma)
 {
 	enum dma_data_direction dir = writable ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
 	u32 i;
 
-	for (i = 0; i < nruns; i++)
-		dma_unmap_resource(&pdev->dev, dma[i], runs[i].len, dir, 0);
+	if (how != PEERMEM_P2P_BUS_ADDR)
+		for (i = 0; i < nruns; i++)
+			dma_unmap_resource(&pdev->dev, dma[i], runs[i].len, dir, 0);
 	kvfree(dma);
 }

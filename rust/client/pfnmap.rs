@@ -2,7 +2,8 @@
 
 //! The PFN-map page source: memory registrations on PFN-mapped memory
 //! (a driver's `mmap` through `remap_pfn_range`, `VM_PFNMAP`) that is RAM
-//! the kernel does not manage (reserved at boot), served by the
+//! the kernel does not manage (reserved at boot) or a PCI device's memory
+//! BAR the RDMA device reaches peer-to-peer, served by the
 //! invalidating client `nv_mem` when the GPU source declined the range and
 //! the `pfnmap` parameter is on. See docs/module.md, "PFN-mapped memory".
 //!
@@ -20,7 +21,7 @@
 
 use super::range::{coalesce, count_segments, GpuRange, SegmentLimits};
 use super::registration::{self, install_pfn, Source};
-use super::stats::{Stats, STATS_PFN};
+use super::stats::{Stats, STATS_PFN, STATS_PFN_BAR};
 use super::{Kind, Registration};
 use crate::kapi::device::PciDev;
 use crate::kapi::mmu_notifier::AddressWatch;
@@ -35,7 +36,8 @@ use kernel::sync::Arc;
 static NO_WATCH_REPORTED: AtomicBool = AtomicBool::new(false);
 
 /// `acquire` for a range the GPU source declined: claims it if it is
-/// PFN-mapped RAM the kernel does not manage and the source is enabled.
+/// PFN-mapped RAM the kernel does not manage, or one PCI device's memory
+/// BAR, and the source is enabled.
 pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> {
     // Only the invalidating client can revoke; only it serves this source.
     if kind != Kind::Invalidating || !pfnmap::param_enabled() {
@@ -144,7 +146,8 @@ pub(super) fn check_access(runs: &PfnRuns, read_only: bool) -> Result {
 }
 
 /// `dma_map` of a PFN registration's runs for `pdev`: `dma_map_resource`
-/// per run, then the pages' bus addresses coalesced into as few entries as
+/// per run (a PCI BAR: its bus addresses, if `pdev` reaches it through a
+/// switch; `EOPNOTSUPP` if it cannot reach it), then the pages' bus addresses coalesced into as few entries as
 /// the device's segment limits allow. Returns the table, the mapping and
 /// the number of pages (entries before coalescing).
 pub(super) fn dma_map(
@@ -166,6 +169,11 @@ pub(super) fn dma_map(
     let pages = runs.bytes() / ps;
     let m = match runs.dma_map(pdev, device_writes) {
         Ok(m) => m,
+        Err((runs, e)) if e == crate::kapi::eopnotsupp() => {
+            STATS_PFN_BAR.bar_maps_refused.inc();
+            warn_ratelimited(c"pfnmap: the RDMA device cannot reach this PCI BAR peer-to-peer (pci_p2pdma_distance: not below one PCIe switch, an ACS redirect on the way, or a host bridge the kernel does not allow; the pci lines before this say which); the registration fails with EOPNOTSUPP");
+            return Err((runs, e));
+        }
         Err((runs, e)) => {
             warn_ratelimited(
                 c"dma_map_resource failed for PFN-mapped memory; the registration fails with EIO",
@@ -173,6 +181,13 @@ pub(super) fn dma_map(
             return Err((runs, e));
         }
     };
+    if m.is_bar() {
+        if m.by_bus_addr() {
+            STATS_PFN_BAR.bar_maps_bus_addr.inc();
+        } else {
+            STATS_PFN_BAR.bar_maps_host_bridge.inc();
+        }
+    }
     let fill = |m: &PfnMapping| -> Result<SgTable> {
         let n = count_segments(m.page_addrs(), &limits)?;
         let n = u32::try_from(n).map_err(|_| EINVAL)?;

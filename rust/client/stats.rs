@@ -60,20 +60,22 @@ macro_rules! c_name {
 }
 
 macro_rules! define_stats {
-    ($($(#[doc = $doc:literal])+ $field:ident,)+) => {
-        /// One client's counters; the field names are the debugfs file names.
-        pub(crate) struct Stats {
+    ($(#[doc = $sdoc:literal])+ $name:ident {
+        $($(#[doc = $doc:literal])+ $field:ident,)+
+    }) => {
+        $(#[doc = $sdoc])+
+        pub(crate) struct $name {
             $($(#[doc = $doc])+ pub(crate) $field: Counter,)+
         }
 
-        impl Stats {
+        impl $name {
             /// All counters at zero.
             pub(crate) const fn new() -> Self {
                 Self { $($field: Counter::new(),)+ }
             }
 
-            /// Number of counters.
-            #[cfg_attr(not(peermem_kunit), allow(dead_code))]
+            /// Number of counters (for the KUnit tests, which count `Stats`).
+            #[allow(dead_code)]
             pub(crate) const COUNT: usize = [$(stringify!($field),)+].len();
 
             /// Calls `f` with the name and the counter, for every counter, in declaration order.
@@ -85,6 +87,8 @@ macro_rules! define_stats {
 }
 
 define_stats! {
+    /// One client's counters; the field names are the debugfs file names.
+    Stats {
     /// Ranges claimed in `acquire` (GPU memory, pinned for the registration).
     registrations_acquired,
     /// Ranges `acquire` declined: not GPU memory (or not pinnable); nothing held.
@@ -132,6 +136,23 @@ define_stats! {
     objects_freed,
     /// Calls that failed, for any reason (each failure also logs why).
     errors,
+    }
+}
+
+define_stats! {
+    /// The PFN-map source's PCI BAR path (`/sys/kernel/debug/peermem/pfn/`,
+    /// next to its [`Stats`]); the field names are the debugfs file names.
+    BarStats {
+    /// `dma_map` calls on a PCI BAR served by the BAR's bus addresses (the
+    /// DMA device reaches it through a PCIe switch, no IOMMU on the way).
+    bar_maps_bus_addr,
+    /// `dma_map` calls on a PCI BAR served with `dma_map_resource` (through a
+    /// host bridge the kernel allows peer-to-peer).
+    bar_maps_host_bridge,
+    /// `dma_map` calls on a PCI BAR refused with EOPNOTSUPP: the DMA device
+    /// cannot reach it peer-to-peer (`pci_p2pdma_distance`).
+    bar_maps_refused,
+    }
 }
 
 /// The counters of the invalidating client (`nv_mem`), and of what is not
@@ -148,6 +169,9 @@ pub(crate) static STATS_NC: Stats = Stats::new();
 /// `registrations_declined` counts PFN-mapped ranges refused (the range
 /// first went through the GPU source, which counts it declined in `nv_mem`).
 pub(crate) static STATS_PFN: Stats = Stats::new();
+
+/// The PFN-map source's PCI BAR counters, in `/sys/kernel/debug/peermem/pfn/`.
+pub(crate) static STATS_PFN_BAR: BarStats = BarStats::new();
 
 #[cfg(peermem_kunit)]
 #[::kernel::macros::kunit_tests(peermem_stats)]

@@ -103,6 +103,11 @@ pub(crate) fn eoverflow() -> Error {
     Error::from_errno(-(kernel::bindings::EOVERFLOW as i32))
 }
 
+/// `EOPNOTSUPP`, which the kernel crate of 6.12 does not name.
+pub(crate) fn eopnotsupp() -> Error {
+    Error::from_errno(-(kernel::bindings::EOPNOTSUPP as i32))
+}
+
 /// The errno of a C return value (`0` or `-errno`).
 fn result_of(ret: c_int) -> Result {
     to_result(ret)

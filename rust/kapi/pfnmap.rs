@@ -2,9 +2,10 @@
 
 //! PFN-mapped user memory: reading the PFNs behind a range of the calling
 //! process (`follow_pfnmap_start/end` under the mmap lock, 6.12+) and
-//! mapping them for a device's DMA (`dma_map_resource`). Upstream
-//! counterpart: none (C's `follow_pfnmap_*`, `dma_map_resource`); the C
-//! glue is `rust/pfnmap_glue.c`.
+//! mapping them for a device's DMA (`dma_map_resource`, or a PCI BAR's bus
+//! addresses when `pci_p2pdma_distance` says the device reaches it through
+//! a switch). Upstream counterpart: none (C's `follow_pfnmap_*`,
+//! `dma_map_resource`, `pci_p2pdma_*`); the C glue is `rust/pfnmap_glue.c`.
 //!
 //! Nothing here keeps the memory alive: PFN-mapped memory has no page
 //! references to take. Whoever uses [`PfnRuns`] watches the range
@@ -41,10 +42,15 @@ pub(crate) enum Refusal {
     /// RAM the page allocator manages (not reserved): whoever mapped it may
     /// free it to the allocator; peermem cannot tell.
     ManagedRam,
-    /// Device memory (a PCI BAR, other MMIO): not served, see docs/module.md.
+    /// Device memory that is no PCI device's memory BAR (other MMIO, a
+    /// firmware hole): not served, see docs/module.md.
     NotRam,
     /// The shared zero page.
     ZeroPage,
+    /// A PCI BAR, and the `pfnmap_ram_only` parameter is on.
+    BarRamOnly,
+    /// RAM and a BAR, or two BARs, in one range.
+    Mixed,
 }
 
 impl Refusal {
@@ -56,6 +62,8 @@ impl Refusal {
             raw::peermem_pfn_refusal_PEERMEM_PFN_NOT_PRESENT => Self::NotPresent,
             raw::peermem_pfn_refusal_PEERMEM_PFN_MANAGED_RAM => Self::ManagedRam,
             raw::peermem_pfn_refusal_PEERMEM_PFN_ZERO_PAGE => Self::ZeroPage,
+            raw::peermem_pfn_refusal_PEERMEM_PFN_BAR_RAM_ONLY => Self::BarRamOnly,
+            raw::peermem_pfn_refusal_PEERMEM_PFN_MIXED => Self::Mixed,
             _ => Self::NotRam,
         }
     }
@@ -68,8 +76,10 @@ impl Refusal {
             Self::CopyOnWrite => c"pfnmap: the PFN mapping is private and writable (copy on write); not served: map it MAP_SHARED",
             Self::NotPresent => c"pfnmap: a page of the PFN mapping is not mapped yet (the driver maps on fault); not served: touch every page first",
             Self::ManagedRam => c"pfnmap: the PFN mapping maps RAM the page allocator manages (not reserved), which its driver may free behind the mapping; not served",
-            Self::NotRam => c"pfnmap: the PFN mapping maps device memory, which peermem does not serve (docs/module.md, PFN-mapped memory); not served",
+            Self::NotRam => c"pfnmap: the PFN mapping maps device memory that is no PCI device's memory BAR, which peermem does not serve (docs/module.md, PFN-mapped memory); not served",
             Self::ZeroPage => c"pfnmap: the PFN mapping maps the shared zero page; not served",
+            Self::BarRamOnly => c"pfnmap: the PFN mapping maps a PCI BAR and pfnmap_ram_only=Y; not served: load peermem with pfnmap_ram_only=N to serve BARs the RDMA device reaches peer-to-peer",
+            Self::Mixed => c"pfnmap: the range maps RAM and a PCI BAR, or two BARs; not served: register each part on its own",
         }
     }
 }
@@ -85,19 +95,39 @@ pub(crate) enum Unresolved {
 /// One run of physically contiguous memory (page aligned).
 pub(crate) type Run = raw::peermem_pfn_run;
 
+/// The PCI device and memory BAR a range's runs lie in.
+///
+/// # Invariants
+///
+/// `dev` holds a reference on a `struct pci_dev` (taken by
+/// `peermem_pfn_resolve`), given back on drop; `index` is one of its BARs.
+struct Bar {
+    dev: NonNull<kernel::bindings::pci_dev>,
+    index: i32,
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        // SAFETY: the reference is ours (type invariant), given back once.
+        unsafe { raw::peermem_pfn_put_dev(self.dev.as_ptr()) };
+    }
+}
+
 /// The physical runs behind a user range, in address order.
 ///
 /// # Invariants
 ///
 /// `ptr` points to `n > 0` runs allocated by `peermem_pfn_resolve`, freed
-/// on drop.
+/// on drop; they are RAM (`bar` is `None`) or all in `bar`.
 pub(crate) struct PfnRuns {
     ptr: NonNull<Run>,
     n: u32,
     writable: bool,
+    bar: Option<Bar>,
 }
 
-// SAFETY: plain memory owned by this object.
+// SAFETY: plain memory owned by this object, and a device reference,
+// which may be given back from any thread.
 unsafe impl Send for PfnRuns {}
 // SAFETY: only read through `&self`.
 unsafe impl Sync for PfnRuns {}
@@ -106,11 +136,13 @@ impl PfnRuns {
     /// Reads the PFNs of `[start, start + len)` (page aligned) of the
     /// calling process under its mmap lock: the whole range must be
     /// `VM_PFNMAP` mappings that are not copy-on-write, of RAM the kernel
-    /// does not manage. What it returns is valid only as long as nothing
+    /// does not manage or (unless `pfnmap_ram_only`) of one PCI device's
+    /// memory BAR. What it returns is valid only as long as nothing
     /// invalidated the range since (the caller's watch says).
     pub(crate) fn resolve(start: u64, len: u64) -> core::result::Result<Self, Unresolved> {
         let mut runs: *mut Run = core::ptr::null_mut();
-        let (mut n, mut writable, mut why, mut at) = (0u32, false, 0u32, 0u64);
+        let mut dev: *mut kernel::bindings::pci_dev = core::ptr::null_mut();
+        let (mut n, mut writable, mut why, mut at, mut index) = (0u32, false, 0u32, 0u64, 0i32);
         // SAFETY: every out-pointer is a local.
         let ret = unsafe {
             raw::peermem_pfn_resolve(
@@ -121,17 +153,28 @@ impl PfnRuns {
                 &mut writable,
                 &mut why,
                 &mut at,
+                &mut dev,
+                &mut index,
             )
         };
+        // INVARIANT: a device from `peermem_pfn_resolve` comes with a
+        // reference, owned from here on (dropped on every path below).
+        let bar = NonNull::new(dev).map(|dev| Bar { dev, index });
         result_of(ret).map_err(Unresolved::Failed)?;
         if why != 0 {
             return Err(Unresolved::Refused(Refusal::from_raw(why), at));
         }
         match NonNull::new(runs) {
-            // INVARIANT: from `peermem_pfn_resolve`, `n` runs.
-            Some(ptr) if n > 0 => Ok(Self { ptr, n, writable }),
+            // INVARIANT: from `peermem_pfn_resolve`, `n` runs, all in `bar`
+            // if there is one.
+            Some(ptr) if n > 0 => Ok(Self { ptr, n, writable, bar }),
             _ => Err(Unresolved::Failed(code::EINVAL)),
         }
+    }
+
+    /// Whether the runs are a PCI device's BAR (not RAM).
+    pub(crate) fn is_bar(&self) -> bool {
+        self.bar.is_some()
     }
 
     /// The runs.
@@ -150,23 +193,35 @@ impl PfnRuns {
         self.runs().iter().map(|r| r.len).sum()
     }
 
-    /// Maps every run for `dev`'s DMA (`dma_map_resource`; device writes
-    /// allowed if `device_writes`). On failure the runs come back.
+    /// Maps every run for `dev`'s DMA (device writes allowed if
+    /// `device_writes`): RAM with `dma_map_resource`; a BAR only if `dev`
+    /// reaches it peer-to-peer (else `EOPNOTSUPP`), by bus address through
+    /// a switch or with `dma_map_resource` through a host bridge. On
+    /// failure the runs come back.
     pub(crate) fn dma_map(
         self,
         dev: &PciDev,
         device_writes: bool,
     ) -> core::result::Result<PfnMapping, (Self, Error)> {
         let mut dma: *mut u64 = core::ptr::null_mut();
+        let mut how = 0u32;
+        let (bar_dev, bar) = match &self.bar {
+            Some(b) => (b.dev.as_ptr(), b.index),
+            None => (core::ptr::null_mut(), 0),
+        };
         // SAFETY: `dev` is a live PCI device (its invariant); the runs are
-        // valid (type invariant); `dma` is a local.
+        // valid and `bar_dev` is NULL or referenced (type invariants);
+        // `dma` and `how` are locals.
         let ret = unsafe {
             raw::peermem_pfn_dma_map(
                 dev.as_raw(),
                 self.ptr.as_ptr(),
                 self.n,
                 device_writes,
+                bar_dev,
+                bar,
                 &mut dma,
+                &mut how,
             )
         };
         if let Err(e) = result_of(ret) {
@@ -175,12 +230,14 @@ impl PfnRuns {
         let Some(dma) = NonNull::new(dma) else {
             return Err((self, code::EINVAL));
         };
-        // INVARIANT: every run mapped for `dev`, addresses at `dma`.
+        // INVARIANT: every run mapped for `dev` as `how` says, addresses
+        // at `dma`.
         Ok(PfnMapping {
             runs: ManuallyDrop::new(self),
             dma,
             dev: dev.clone_handle(),
             device_writes,
+            how,
         })
     }
 }
@@ -188,6 +245,7 @@ impl PfnRuns {
 impl Drop for PfnRuns {
     fn drop(&mut self) {
         // SAFETY: from `peermem_pfn_resolve` (type invariant), freed once.
+        // `bar`, dropped after this, gives the device back.
         unsafe { raw::peermem_pfn_free(self.ptr.as_ptr().cast()) };
     }
 }
@@ -196,15 +254,16 @@ impl Drop for PfnRuns {
 ///
 /// # Invariants
 ///
-/// Each run of `runs` is mapped for `dev` with `dma_map_resource` at the
-/// bus address at the same index of the array `dma` (from
-/// `peermem_pfn_dma_map`), until `unmap` or `drop`, which also free the
-/// runs once.
+/// Each run of `runs` is mapped for `dev` as `how` says (`dma_map_resource`,
+/// or a BAR's bus address, which holds nothing) at the bus address at the
+/// same index of the array `dma` (from `peermem_pfn_dma_map`), until
+/// `unmap` or `drop`, which also free the runs once.
 pub(crate) struct PfnMapping {
     runs: ManuallyDrop<PfnRuns>,
     dma: NonNull<u64>,
     dev: PciDev,
     device_writes: bool,
+    how: u32,
 }
 
 // SAFETY: plain memory and a device handle, usable from any thread.
@@ -223,6 +282,17 @@ impl PfnMapping {
             .flat_map(|(r, &d)| (0..r.len / PAGE_SIZE).map(move |i| d + i * PAGE_SIZE))
     }
 
+    /// Whether the device reaches the memory by the BAR's bus addresses
+    /// (through a PCIe switch, not through the IOMMU).
+    pub(crate) fn by_bus_addr(&self) -> bool {
+        self.how == raw::peermem_p2p_how_PEERMEM_P2P_BUS_ADDR
+    }
+
+    /// Whether the memory is a PCI device's BAR.
+    pub(crate) fn is_bar(&self) -> bool {
+        self.runs.is_bar()
+    }
+
     /// Unmaps every run and frees the address array (once: `unmap` and
     /// `drop` each call it on a mapping that is not used afterwards).
     fn unmap_dma(&mut self) {
@@ -234,6 +304,7 @@ impl PfnMapping {
                 self.runs.ptr.as_ptr(),
                 self.runs.n,
                 self.device_writes,
+                self.how,
                 self.dma.as_ptr(),
             )
         };
