@@ -15,8 +15,9 @@
  *    returns, no waiting), the next RDMA completes in error and no byte
  *    of the old or the new memory is written;
  *  - a writable MR on a read-only mapping is refused (EACCES), a
- *    read-only one works; a copy-on-write (private, writable) mapping and
- *    ordinary kernel pages (not reserved) are refused;
+ *    read-only one works; a copy-on-write (private, writable) mapping,
+ *    ordinary kernel pages (not reserved) and device memory that is no
+ *    PCI BAR (the legacy VGA window) are refused (PCI BARs: t_peermem_p2p);
  *  - each revocation is reported on /dev/peermem (revocation events) with
  *    its range and cause: driver (zap, realloc), unmap, protect; the
  *    child's at its exit goes to no one;
@@ -425,8 +426,9 @@ static void declined(const char *what, void *p, size_t len, int access)
 }
 
 /*
- * Device memory mapped as a driver maps its BAR (the exporter's physical
- * window, io_remap_pfn_range): not RAM, refused ("not mine", EFAULT).
+ * Device memory that is no PCI BAR, mapped as a driver maps its BAR (the
+ * exporter's physical window, io_remap_pfn_range): not RAM, refused ("not
+ * mine", EFAULT). PCI BARs: t_peermem_p2p.
  */
 static void test_window(const char *what, uint64_t phys, uint64_t len)
 {
@@ -447,42 +449,9 @@ static void test_window(const char *what, uint64_t phys, uint64_t len)
 	munmap(p, len);
 }
 
-/* The first 4 KiB-64 MiB memory BAR of a PCI device in the guest. */
-static int find_bar(uint64_t *phys, uint64_t *len, char *what, size_t n)
-{
-	static const char *const devs[] = { "0000:00:02.0", "0000:00:03.0", "0000:00:1f.2", NULL };
-
-	for (int i = 0; devs[i]; i++) {
-		char path[128];
-		unsigned long long st, en, fl;
-		FILE *f;
-		int bar = 0;
-
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", devs[i]);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		while (bar < 6 && fscanf(f, "%llx %llx %llx", &st, &en, &fl) == 3) {
-			if ((fl & 0x200) && en > st && !(st & 4095) && ((en - st + 1) & 4095) == 0 &&
-			    en - st + 1 <= (64u << 20)) {
-				*phys = st;
-				*len = en - st + 1;
-				snprintf(what, n, "BAR %d of PCI device %s", bar, devs[i]);
-				fclose(f);
-				return 1;
-			}
-			bar++;
-		}
-		fclose(f);
-	}
-	return 0;
-}
-
 static void test_refused(void)
 {
 	uint8_t *p;
-	uint64_t bar_phys, bar_len;
-	char bar_dev[64];
 
 	/*
 	 * remap_pfn_range maps a copy-on-write mapping only in one call: one
@@ -502,10 +471,6 @@ static void test_refused(void)
 	munmap(p, LEN);
 	test_window("the legacy VGA window 0xa0000-0xbffff (device memory inside the kernel's memory map, its pages PageReserved)",
 		    0xa0000, 0x20000);
-	if (find_bar(&bar_phys, &bar_len, bar_dev, sizeof(bar_dev)))
-		test_window(bar_dev, bar_phys, bar_len);
-	else
-		skip("no PCI memory BAR of 4 KiB to 64 MiB found in the guest: the BAR refusal is not checked");
 	ok(pf_idle() && balanced(), "refusals hold nothing: pfn counters idle, the core's balance");
 }
 
