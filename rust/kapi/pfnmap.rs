@@ -167,7 +167,12 @@ impl PfnRuns {
         match NonNull::new(runs) {
             // INVARIANT: from `peermem_pfn_resolve`, `n` runs, all in `bar`
             // if there is one.
-            Some(ptr) if n > 0 => Ok(Self { ptr, n, writable, bar }),
+            Some(ptr) if n > 0 => Ok(Self {
+                ptr,
+                n,
+                writable,
+                bar,
+            }),
             _ => Err(Unresolved::Failed(code::EINVAL)),
         }
     }
