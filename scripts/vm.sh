@@ -185,7 +185,7 @@ append+=" no5lvl acpi=noirq pci=noacpi no_hash_pointers hung_task_panic=0 loglev
 # device's group to translation and binds rxe's rig driver to it.
 append+=" iommu.passthrough=1$extra_append"
 # The PCI topology (docs/core.md, "The DMA device"): the DMA device (edu)
-# and a 16 MiB memory BAR (ivshmem-plain, BAR 2) behind one PCIe switch
+# and a 32 MiB memory BAR (ivshmem-plain, BAR 2) behind one PCIe switch
 # (root port, x3130 upstream port, two xio3130 downstream ports), so the BAR
 # is peer-to-peer reachable from the DMA device by bus address; and a second
 # ivshmem on the root complex, which no client may map peer-to-peer
@@ -196,7 +196,7 @@ pci_topology=(
 	-device xio3130-downstream,id=pm_dn0,bus=pm_up,chassis=2,slot=0
 	-device xio3130-downstream,id=pm_dn1,bus=pm_up,chassis=3,slot=1
 	-device edu,bus=pm_dn0
-	-object memory-backend-memfd,id=pm_p2pmem,size=16M,share=on
+	-object memory-backend-memfd,id=pm_p2pmem,size=32M,share=on
 	-device ivshmem-plain,memdev=pm_p2pmem,bus=pm_dn1
 	-object memory-backend-memfd,id=pm_rcmem,size=4M,share=on
 	-device ivshmem-plain,memdev=pm_rcmem,bus=pcie.0,addr=0x5

@@ -6,7 +6,7 @@
  * RDMA device peer-to-peer.
  *
  * The rig (scripts/vm.sh) puts the DMA device (edu) and an ivshmem device
- * (a 16 MiB memory BAR) behind one PCIe switch, and a second ivshmem on the
+ * (a 32 MiB memory BAR) behind one PCIe switch, and a second ivshmem on the
  * root complex. rxe reaches a bus address of the switch's ivshmem the way
  * the switch would route it, unless a downstream port on the way redirects
  * peer requests upstream (ACS), and then only through the IOMMU (docs/core.md).
@@ -32,8 +32,6 @@
  *  - counters move and come back, the core's balance, nothing leaks, and
  *    the ports' ACS control is restored.
  */
-#include <dirent.h>
-
 #include "pfnmap_test.h"
 
 #define XFER (4u << 20)
@@ -46,14 +44,7 @@ static struct ibv_mr *lmr;
 static uint8_t *h, *buf;
 static int efd;
 
-struct bar {
-	char dev[32];		/* PCI address */
-	char port[32];		/* the downstream port above it ("" if none) */
-	uint64_t phys, len;
-	uint8_t *cpu;		/* its sysfs resource mapping (the BAR's own CPU view) */
-};
-
-static struct bar sw, rc;	/* ivshmem behind the switch, on the root complex */
+static struct rig_bar sw, rc;	/* ivshmem behind the switch, on the root complex */
 static char dma_port[32];
 /* The ports whose ACS control the test changes, and their values before. */
 static const char *acs_port[2];
@@ -73,103 +64,19 @@ static int rdma(enum ibv_wr_opcode op, uint64_t hoff, uint32_t len, uint64_t rad
 	return rc;
 }
 
-/* The PCI address of the directory a sysfs path is in ("" at the top). */
-static void parent_of(const char *path, char *out, size_t n)
-{
-	char tmp[512], *s;
-
-	snprintf(tmp, sizeof(tmp), "%s", path);
-	s = strrchr(tmp, '/');
-	out[0] = 0;
-	if (!s)
-		return;
-	*s = 0;
-	s = strrchr(tmp, '/');
-	if (s && strchr(s + 1, ':'))
-		snprintf(out, n, "%s", s + 1);
-}
-
-static int read_hex(const char *dev, const char *file, unsigned long *v)
-{
-	char path[256], line[64];
-
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/%s", dev, file);
-	if (read_line(path, line, sizeof(line)))
-		return -1;
-	*v = strtoul(line, NULL, 16);
-	return 0;
-}
-
-/* BAR 2 of dev (ivshmem's shared memory). */
-static int bar2(struct bar *b)
-{
-	char path[256];
-	unsigned long long st, en, fl;
-	FILE *f;
-	int i, ok_ = 0;
-
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", b->dev);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	for (i = 0; i < 3 && fscanf(f, "%llx %llx %llx", &st, &en, &fl) == 3; i++)
-		if (i == 2 && en > st) {
-			b->phys = st;
-			b->len = en - st + 1;
-			ok_ = 1;
-		}
-	fclose(f);
-	return ok_ ? 0 : -1;
-}
-
 /* Find the two ivshmem devices and the DMA device's port. */
 static void find_devices(void)
 {
-	const char *dma = getenv("PEERMEM_DMA_DEVICE");
-	char dpath[512], sw_up[512], path[512], real[512];
-	struct dirent *de;
-	DIR *d;
-
-	if (!dma || !*dma)
-		bail("no rig DMA device (PEERMEM_DMA_DEVICE)");
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s", dma);
-	if (!realpath(path, dpath))
-		bail("realpath %s: %s", path, strerror(errno));
-	parent_of(dpath, dma_port, sizeof(dma_port));
-	/* The switch's upstream port: the directory above the DMA device's port. */
-	snprintf(sw_up, sizeof(sw_up), "%s", dpath);
-	*strrchr(sw_up, '/') = 0;
-	*strrchr(sw_up, '/') = 0;
-	d = opendir("/sys/bus/pci/devices");
-	if (!d)
-		bail("opendir /sys/bus/pci/devices: %s", strerror(errno));
-	while ((de = readdir(d))) {
-		unsigned long ven, dev;
-		struct bar *b;
-
-		if (de->d_name[0] == '.' || read_hex(de->d_name, "vendor", &ven) ||
-		    read_hex(de->d_name, "device", &dev) || ven != 0x1af4 || dev != 0x1110)
-			continue;
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s", de->d_name);
-		if (!realpath(path, real))
-			continue;
-		b = !strncmp(real, sw_up, strlen(sw_up)) && real[strlen(sw_up)] == '/' ? &sw : &rc;
-		snprintf(b->dev, sizeof(b->dev), "%.31s", de->d_name);
-		parent_of(real, b->port, sizeof(b->port));
-		if (bar2(b))
-			bail("ivshmem %s has no BAR 2", b->dev);
-	}
-	closedir(d);
-	if (!sw.dev[0] || !rc.dev[0])
+	if (rig_ivshmem(&sw, &rc, dma_port, sizeof(dma_port)))
 		bail("the rig's two ivshmem devices were not found (behind the switch: %s, on the root complex: %s); scripts/vm.sh sets them up",
 		     sw.dev[0] ? sw.dev : "none", rc.dev[0] ? rc.dev : "none");
 	diag("DMA device %s below port %s; ivshmem %s below port %s, BAR 2 %#llx+%#llx; ivshmem %s on the root complex, BAR 2 %#llx+%#llx",
-	     dma, dma_port, sw.dev, sw.port, (unsigned long long)sw.phys, (unsigned long long)sw.len,
-	     rc.dev, (unsigned long long)rc.phys, (unsigned long long)rc.len);
+	     getenv("PEERMEM_DMA_DEVICE"), dma_port, sw.dev, sw.port, (unsigned long long)sw.phys,
+	     (unsigned long long)sw.len, rc.dev, (unsigned long long)rc.phys, (unsigned long long)rc.len);
 }
 
 /* The sysfs resource2 mapping of a BAR (the BAR's CPU view). */
-static void map_cpu_view(struct bar *b)
+static void map_cpu_view(struct rig_bar *b)
 {
 	char path[256];
 	int fd;

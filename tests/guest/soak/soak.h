@@ -27,7 +27,10 @@
  * mremap, MAP_FIXED (the revocation must be complete when the call
  * returns: the next RDMA completes in error at once, and MAP_FIXED's new
  * memory is never written), fork or exit; "free" (no GPU memory) is a
- * dereg there.
+ * dereg there. Where the rig has a PCI BAR the DMA device reaches
+ * peer-to-peer (scripts/vm.sh's ivshmem below the switch), half of those
+ * rounds map the same slot of that BAR instead (the exporter's physical
+ * window, io_remap_pfn_range), served by bus address.
  * Between epochs the parent stops the workers, checks that nothing is
  * left (gpusim's live counters, peermem's counters, the core's), changes
  * the delay knobs, and every few epochs unloads and reloads the client.
@@ -63,6 +66,7 @@ struct soak_shared {
 	atomic_llong revoke_late;	/* ... that did not come within the limit */
 	atomic_llong pfn_rounds;	/* rounds on PFN-mapped memory */
 	atomic_llong pfn_revoke_late;	/* PFN revocations not complete when munmap & co returned */
+	atomic_llong pfn_bar_rounds;	/* of pfn_rounds, on the PCI BAR */
 	atomic_int stop;
 	long long target;
 	char last_error[256];
@@ -72,6 +76,7 @@ struct soak_shared {
 static struct soak_shared *S;
 static int soak_revokes_on_unmap;	/* the client revokes on munmap (peermem) */
 static int soak_pfn;			/* PFN rounds: peermem with pfnmap=1 and the exporter */
+static int soak_bar;			/* the exporter's window maps a peer-to-peer BAR */
 #define PFN_SLOT (256 * 1024UL)		/* each thread's part of the exporter's buffer */
 #define PFN_LEN (64 * 2 * PFN_SLOT)	/* 64 processes x 2 threads */
 
@@ -324,17 +329,49 @@ static void round_once(struct worker *w, int may_exit)
 	atomic_fetch_add(&S->rounds, 1);
 }
 
+/*
+ * Point the exporter's window at the PCI BAR below the DMA device's switch
+ * (its first PFN_LEN bytes): 1 if done, 0 if the rig has none (logged).
+ */
+static int soak_bar_window(int efd)
+{
+	struct rig_bar sw, rc;
+	struct pfnmap_window win;
+	char port[32];
+
+	if (rig_ivshmem(&sw, &rc, port, sizeof(port)) || sw.len < PFN_LEN) {
+		diag("soak: no PCI BAR of %lu MiB below the DMA device's switch: PFN rounds on RAM only",
+		     PFN_LEN >> 20);
+		return 0;
+	}
+	win.phys = sw.phys;
+	win.len = PFN_LEN;
+	if (ioctl(efd, PFNMAP_IOC_WINDOW, &win))
+		bail("PFNMAP_IOC_WINDOW on ivshmem %s's BAR: %s", sw.dev, strerror(errno));
+	diag("soak: half the PFN rounds on ivshmem %s's BAR 2 (%#llx), peer-to-peer", sw.dev,
+	     (unsigned long long)sw.phys);
+	return 1;
+}
+
 /* A round on PFN-mapped memory (see the top of the file). */
 static void round_pfn(struct worker *w, int may_exit)
 {
 	struct ibv_mr *mr[2] = { 0 };
 	uint8_t *map, *base[2], *slot;
 	uint32_t mlen[2];
-	int n, i, t;
+	int n, i, t, bar = soak_bar && rnd(&w->seed) % 2;
 
-	map = exporter_map(w->pfd, PFN_LEN, PROT_READ | PROT_WRITE, MAP_SHARED);
+	if (bar) {
+		map = mmap(NULL, PFN_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, w->pfd,
+			   PFNMAP_WINDOW_OFFSET);
+		if (map == MAP_FAILED)
+			map = NULL;
+	} else {
+		map = exporter_map(w->pfd, PFN_LEN, PROT_READ | PROT_WRITE, MAP_SHARED);
+	}
 	if (!map) {
-		soak_error("thread %d: mmap of the exporter: %s", w->idx, strerror(errno));
+		soak_error("thread %d: mmap of the exporter%s: %s", w->idx,
+			   bar ? "'s window (the BAR)" : "", strerror(errno));
 		usleep(10000);
 		return;
 	}
@@ -369,6 +406,8 @@ static void round_pfn(struct worker *w, int may_exit)
 		t = T_DEREG;
 	atomic_fetch_add(&S->teardown[t], 1);
 	atomic_fetch_add(&S->pfn_rounds, 1);
+	if (bar)
+		atomic_fetch_add(&S->pfn_bar_rounds, 1);
 	switch (t) {
 	case T_EXIT:
 		atomic_fetch_add(&S->rounds, 1);
@@ -614,6 +653,7 @@ static int soak_main(const struct soak_opts *o)
 			efd = exporter_open(O_RDWR);
 			if (exporter_alloc(efd, PFN_LEN, PFNMAP_RESERVED, NULL))
 				bail("the exporter cannot allocate %lu MiB", PFN_LEN >> 20);
+			soak_bar = soak_bar_window(efd);
 			close(efd);
 		}
 	}
@@ -703,7 +743,8 @@ static int soak_main(const struct soak_opts *o)
 	     now_s() - t0);
 	for (int t = 0; t < T_N; t++)
 		diag("  %-7s %lld", tname[t], (long long)atomic_load(&S->teardown[t]));
-	diag("  of all rounds, on PFN-mapped memory: %lld", (long long)atomic_load(&S->pfn_rounds));
+	diag("  of all rounds, on PFN-mapped memory: %lld (on the PCI BAR: %lld)",
+	     (long long)atomic_load(&S->pfn_rounds), (long long)atomic_load(&S->pfn_bar_rounds));
 	diag("  MRs %lld, RDMA operations %lld, bytes checked %lld, worker exits %d, reloads %d",
 	     (long long)atomic_load(&S->regs), (long long)atomic_load(&S->rdma),
 	     (long long)atomic_load(&S->bytes_checked), exits, reloads);
@@ -734,6 +775,13 @@ static int soak_main(const struct soak_opts *o)
 	else
 		skip("%s: no rounds on PFN-mapped memory (not peermem, tests/pfnmap not built, or SOAK_PFN=0)",
 		     o->client);
+	if (soak_bar)
+		ok(atomic_load(&S->pfn_bar_rounds) > 0,
+		   "%s: %lld of the PFN rounds on a PCI BAR reached peer-to-peer (pfn bar_maps_bus_addr)",
+		   o->client, (long long)atomic_load(&S->pfn_bar_rounds));
+	else if (soak_pfn)
+		skip("%s: no PFN rounds on a PCI BAR (the rig has no BAR of %lu MiB below the DMA device's switch)",
+		     o->client, PFN_LEN >> 20);
 	ok(idle_fail == 0, "%s: after every epoch nothing was left registered, pinned, mapped or allocated (%d epochs failed)",
 	   o->client, idle_fail);
 	ok(load_fail == 0, "%s: every unload and reload worked (%d reloads, %d failed)", o->client,
