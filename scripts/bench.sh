@@ -3,21 +3,28 @@
 # against the floor (the same GPU range pinned and DMA-mapped directly
 # through nvidia_p2p_get_pages + nvidia_p2p_dma_map_pages by gpusim's test
 # client), measured in one run in the rig, alternating round by round
-# (tests/bench/bench_peermem; docs/benchmarks.md says what each figure is
-# and what the ratios mean and do not mean).
+# (tests/bench/bench_peermem); then, in the same boot, PFN-mapped memory:
+# an RDMA WRITE straight out of a PFN-mapped ring registered through
+# peermem's PFN-map source (pfnmap=1) against a memcpy into a registered
+# staging buffer plus the same WRITE (tests/bench/bench_pfnmap, the rig's
+# exporter tests/pfnmap). docs/benchmarks.md says what each figure is and
+# what the ratios mean and do not mean.
 #
 #   scripts/bench.sh [options] [ROUNDS]
 #
-#   --rounds N       rounds (default 10); a bare number means the same
+#   --rounds N       rounds (default 10), of both programs; a bare number
+#                    means the same
 #   --kernel K       plain (default: the rig kernel without KASAN, lockdep,
 #                    kmemleak, DMA-API debug) or debug (the test kernel)
 #   --kdir DIR       a built rig kernel tree instead of scripts/kernel.sh's
 #   --large-mib N    the largest registration (default 512, >= 64)
+#   --pfn-mib N      the PFN-mapped ring's transfer size (default 16, 1..64)
 #   --mem SIZE       guest memory (default 3G: the large size, pinned 4
 #                    times over, and the rest)
 #   --src DIR        the peermem checkout to benchmark (default: this one,
 #                    its work tree as it is)
-#   --out DIR        where bench-results.json and bench-latency.png go
+#   --out DIR        where bench-results.json, bench-latency.png and
+#                    bench-pfnmap.png go
 #                    (default docs/bench/, docs/bench/debug/ for --kernel debug)
 #   --profile MIB[,N[,T]]  instead of the rounds: for each side, N (default
 #                    20) registrations of MIB MiB (T=2: by each of 2
@@ -45,12 +52,13 @@
 # plot), builds the kernel variant if it is missing (scripts/kernel.sh),
 # then copies the sources into $PEERMEM_CACHE/bench/<kernel build>/tree
 # and builds gpusim, its test client, peermem, nvidia-peermem (tests/
-# nvpeermem/build.sh) and the benchmark there: modules belong to one kernel
+# nvpeermem/build.sh), the PFN-map exporter (tests/pfnmap) and the
+# benchmarks there: modules belong to one kernel
 # tree, and the copies in the checkout (built for the debug kernel) are
 # left alone. Then boots the rig (scripts/vm.sh) and runs the benchmark.
 # Prints the table and the goals; writes OUT/bench-results.json (every raw
-# sample, the kernel, the commit, the date), OUT/bench-table.md (the table
-# and the goals in Markdown) and OUT/bench-latency.png.
+# sample, the kernel, the commit, the date), OUT/bench-table.md (the tables
+# and the goals in Markdown), OUT/bench-latency.png and OUT/bench-pfnmap.png.
 # Exits non-zero only if something failed to build or an operation failed
 # (never because of a figure).
 set -euo pipefail
@@ -62,7 +70,7 @@ cd "$PEERMEM_ROOT"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 bad() { printf 'peermem: error: %s (see scripts/bench.sh --help)\n' "$*" >&2; exit 2; }
-rounds=10 kernel=plain kdir= large_mib=512 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile= memdetail=0 callgraph=0
+rounds=10 kernel=plain kdir= large_mib=512 pfn_mib=16 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile= memdetail=0 callgraph=0
 need() { [ $# -ge 2 ] && [ -n "$2" ] || bad "$1 needs a value"; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -70,6 +78,7 @@ while [ $# -gt 0 ]; do
 	--kernel) need "$@"; kernel=$2; shift 2 ;;
 	--kdir) need "$@"; kdir=$2; shift 2 ;;
 	--large-mib) need "$@"; large_mib=$2; shift 2 ;;
+	--pfn-mib) need "$@"; pfn_mib=$2; shift 2 ;;
 	--mem) need "$@"; mem=$2; shift 2 ;;
 	--src) need "$@"; src=$2; shift 2 ;;
 	--out) need "$@"; out=$2; shift 2 ;;
@@ -86,6 +95,8 @@ done
 [[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] && [ "$rounds" -le 1000 ] || bad "--rounds wants 1..1000, got '$rounds'"
 [[ $large_mib =~ ^[0-9]+$ ]] && [ "$large_mib" -ge 64 ] && [ $((large_mib % 2)) = 0 ] ||
 	bad "--large-mib wants an even number of MiB, at least 64, got '$large_mib'"
+[[ $pfn_mib =~ ^[0-9]+$ ]] && [ "$pfn_mib" -ge 1 ] && [ "$pfn_mib" -le 64 ] ||
+	bad "--pfn-mib wants 1..64 (MiB), got '$pfn_mib'"
 [ -z "$profile" ] || [ "$memdetail" = 0 ] || bad "--profile and --memory-detail are two different runs: pick one"
 case "$kernel" in plain|debug) ;; *) bad "--kernel must be plain or debug, not '$kernel'" ;; esac
 if [ -n "$profile" ]; then
@@ -166,9 +177,11 @@ build() { # build NAME CMD...: one build step, its log kept
 build gpusim make -C "$tree/tests/gpusim" -j3 "${margs[@]}"
 build peermem make -C "$tree" -j3 "${margs[@]}"
 build nvidia-peermem "$tree/tests/nvpeermem/build.sh" --kdir "$kdir" --llvm "$llvm"
+build pfnmap-exporter make -C "$tree/tests/pfnmap" "${margs[@]}"
 build benchmark make -C "$tree/tests/bench"
 for f in tests/gpusim/gpusim.ko tests/gpusim/testclient/gpusim_testclient.ko peermem.ko \
-	tests/nvpeermem/nvidia-peermem.ko tests/bench/bench_peermem tests/bench/profile-guest.sh; do
+	tests/nvpeermem/nvidia-peermem.ko tests/pfnmap/pfnmap_exporter.ko \
+	tests/bench/bench_peermem tests/bench/bench_pfnmap tests/bench/profile-guest.sh; do
 	[ -f "$tree/$f" ] || pm_die "the builds left no $tree/$f"
 done
 
@@ -223,10 +236,14 @@ fi
 # --- the run --------------------------------------------------------------
 raw=$work/guest-output.txt
 vmlog=$work/vm.log
-pm_stage "bench: boot the rig ($kvariant kernel, $mem) and run $rounds rounds"
+pm_stage "bench: boot the rig ($kvariant kernel, $mem) and run $rounds rounds of each benchmark"
 t0=$(date +%s)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
+# One boot, the two programs one after the other (bench_peermem unloads
+# the peer clients it loaded; bench_pfnmap loads peermem with pfnmap=1).
 cmd="$mods $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib * 1024 * 1024))"
+cmd+=" && $mods PFNMAP_KO=$tree/tests/pfnmap/pfnmap_exporter.ko"
+cmd+=" $tree/tests/bench/bench_pfnmap --rounds $rounds --mib $pfn_mib"
 rc=0
 scripts/vm.sh "${vmargs[@]}" --cmd "$cmd" \
 	>"$raw" 2>"$vmlog" || rc=$?
@@ -237,6 +254,9 @@ if [ "$rc" != 0 ]; then
 	pm_die "the benchmark run failed (guest output: $raw; runner log: $vmlog)"
 fi
 grep '^# ' "$raw" | sed 's/^# /bench: /' >&2 || true
+for f in regdereg_s pfn_send_s; do
+	grep -q "^sample $f " "$raw" || pm_die "the guest output has no $f samples (guest output: $raw)"
+done
 
 # --- the results ------------------------------------------------------------
 pm_stage "bench: results"
@@ -249,7 +269,7 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
 	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
 	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
-	--meta "guest_append=${append# }" \
+	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
 	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" \
@@ -261,7 +281,9 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 if "$py" -c 'import matplotlib' 2>/dev/null; then
 	"$py" tests/bench/report.py plot "$out/bench-results.json" "$out/bench-latency.png" ||
 		pm_die "the plot failed"
-	pm_log "bench: $out/bench-results.json, $out/bench-latency.png (run: $((t1 - t0)) s)"
+	"$py" tests/bench/report.py plot-pfn "$out/bench-results.json" "$out/bench-pfnmap.png" ||
+		pm_die "the PFN-map plot failed"
+	pm_log "bench: $out/bench-results.json, $out/bench-latency.png, $out/bench-pfnmap.png (run: $((t1 - t0)) s)"
 else
 	pm_log "bench: no matplotlib for $py (scripts/setup-host.sh installs python3-matplotlib): no plot"
 	pm_log "bench: $out/bench-results.json (run: $((t1 - t0)) s)"

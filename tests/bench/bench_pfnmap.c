@@ -10,14 +10,25 @@
  * destination MR over the rxe loopback; the bytes at the destination are
  * checked after every transfer (outside the timed part).
  *
+ * The order of the two paths alternates from round to round.
+ *
  * Not a test: it fails (exit 1, a bail-out line) only if an operation
- * fails. Output: "# " lines, one "sample FIGURE ROUND SECONDS" per timed
- * transfer, and a "result" line with the medians and their ratio.
+ * fails or something is left registered. Output, in bench_peermem's format
+ * (tests/bench/report.py reads both): "# " lines, "info KEY VALUE..." lines
+ * and one "sample FIGURE PARAM SIDE ROUND SECONDS" line per timed part of a
+ * round, PARAM the size ("16M"):
+ *   pfn_send_s        direct  the RDMA WRITE straight from the ring
+ *   pfn_send_s        staged  memcpy ring -> staging buffer + RDMA WRITE
+ *   pfn_memcpy_s      staged  of which the memcpy
+ *   pfn_stage_write_s staged  of which the RDMA WRITE from the staging buffer
+ * and a "result" line with the medians and their ratio.
  *
  *   bench_pfnmap [--rounds N] [--mib M]
  *
- * Run it in the rig: scripts/vm.sh --kdir K --cmd "tests/bench/bench_pfnmap"
- * (needs gpusim, peermem and tests/pfnmap built; docs/benchmarks.md).
+ * scripts/bench.sh runs it after bench_peermem in the same boot; by hand:
+ * scripts/vm.sh --kdir K --cmd "tests/bench/bench_pfnmap" (needs gpusim,
+ * peermem and tests/pfnmap built; GPUSIM_KO, PEERMEM_KO, PFNMAP_KO name
+ * other builds; docs/benchmarks.md).
  */
 #include "../guest/pfnmap/pfnmap_test.h"
 
@@ -41,6 +52,7 @@ int main(int argc, char **argv)
 	double t_direct[1000], t_staged[1000], t_copy[1000];
 	uint8_t *ring, *stage, *dst;
 	struct conn c;
+	char param[16];
 	size_t len;
 
 	for (int i = 1; i < argc; i++) {
@@ -73,36 +85,46 @@ int main(int argc, char **argv)
 	dst_mr = ibv_reg_mr(c.pd, dst, len, MR_ACCESS);
 	if (!ring_mr || !stage_mr || !dst_mr)
 		bail("ibv_reg_mr failed: %s", strerror(errno));
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("# %d MiB ring of the exporter (reserved RAM, remap_pfn_range, cached mapping), %d rounds; pfn sg entries %lld\n",
 	       mib, rounds, pf("sg_entries_coalesced"));
+	printf("info pfn_rounds %d\ninfo pfn_bytes %zu\ninfo pfn_sg_entries %lld\n",
+	       rounds, len, pf("sg_entries_coalesced"));
+	snprintf(param, sizeof(param), "%dM", mib);
 
 	for (int r = 0; r < rounds; r++) {
-		double t0, t1, t2;
-		uint32_t seed = 0x9000 + r;
+		for (int k = 0; k < 2; k++) {
+			double t0, t1, t2;
+			uint32_t seed = 0x9000 + 2 * r + k;
 
-		/* The "acquisition": new data in the ring each round. */
-		fill(ring, len, seed);
-		memset(dst, 0, len);
-		t0 = now_s();
-		rc = rdma_op(&c, IBV_WR_RDMA_WRITE, ring_mr, ring, len, (uintptr_t)dst, dst_mr->rkey);
-		t1 = now_s();
-		if (rc || !check(dst, len, seed))
-			bail("direct RDMA WRITE from the ring: status %d or wrong bytes", rc);
-		t_direct[r] = t1 - t0;
-
-		fill(ring, len, seed ^ 0x55);
-		memset(dst, 0, len);
-		t0 = now_s();
-		memcpy(stage, ring, len);
-		t1 = now_s();
-		rc = rdma_op(&c, IBV_WR_RDMA_WRITE, stage_mr, stage, len, (uintptr_t)dst, dst_mr->rkey);
-		t2 = now_s();
-		if (rc || !check(dst, len, seed ^ 0x55))
-			bail("staged RDMA WRITE: status %d or wrong bytes", rc);
-		t_copy[r] = t1 - t0;
-		t_staged[r] = t2 - t0;
-		printf("sample direct %d %.6f\nsample staged %d %.6f\nsample memcpy %d %.6f\n",
-		       r, t_direct[r], r, t_staged[r], r, t_copy[r]);
+			/* The "acquisition": new data in the ring before each transfer. */
+			fill(ring, len, seed);
+			memset(dst, 0, len);
+			if ((r + k) % 2 == 0) {	/* direct first in even rounds */
+				t0 = now_s();
+				rc = rdma_op(&c, IBV_WR_RDMA_WRITE, ring_mr, ring, len,
+					     (uintptr_t)dst, dst_mr->rkey);
+				t1 = now_s();
+				if (rc || !check(dst, len, seed))
+					bail("direct RDMA WRITE from the ring: status %d or wrong bytes", rc);
+				t_direct[r] = t1 - t0;
+				printf("sample pfn_send_s %s direct %d %.9g\n", param, r, t_direct[r]);
+				continue;
+			}
+			t0 = now_s();
+			memcpy(stage, ring, len);
+			t1 = now_s();
+			rc = rdma_op(&c, IBV_WR_RDMA_WRITE, stage_mr, stage, len, (uintptr_t)dst,
+				     dst_mr->rkey);
+			t2 = now_s();
+			if (rc || !check(dst, len, seed))
+				bail("staged RDMA WRITE: status %d or wrong bytes", rc);
+			t_copy[r] = t1 - t0;
+			t_staged[r] = t2 - t0;
+			printf("sample pfn_send_s %s staged %d %.9g\n", param, r, t_staged[r]);
+			printf("sample pfn_memcpy_s %s staged %d %.9g\n", param, r, t_copy[r]);
+			printf("sample pfn_stage_write_s %s staged %d %.9g\n", param, r, t2 - t1);
+		}
 	}
 	{
 		double d = median(t_direct, rounds), s = median(t_staged, rounds);
@@ -118,5 +140,8 @@ int main(int argc, char **argv)
 	munmap(ring, len);
 	ioctl(efd, PFNMAP_IOC_FREE);
 	close(efd);
+	if (!wait_for(pf_idle, 30))
+		bail("the PFN-map source still holds a registration after the benchmark");
+	printf("bench_pfnmap: done, nothing left registered\n");
 	return 0;
 }

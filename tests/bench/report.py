@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""Turn bench_peermem's output into bench-results.json, a table and a plot.
+"""Turn the output of bench_peermem and bench_pfnmap (one guest output,
+the two programs one after the other) into bench-results.json, tables and
+plots.
 
     report.py results --raw GUEST_OUTPUT --json OUT.json [--meta KEY=VALUE]...
-    report.py table JSON                 the table of one run (stdout)
+    report.py table JSON                 the tables of one run (stdout)
     report.py plot JSON PNG              latency vs size, log-log (matplotlib)
+    report.py plot-pfn JSON PNG          bench_pfnmap's times, per part (matplotlib)
     report.py distortion PLAIN DEBUG     the debug kernel's ratios beside the plain one's
     report.py memdetail GUEST_OUTPUT     bench_peermem --memory-detail's breakdown
                                          of the memory figures by counter (Markdown)
@@ -54,6 +57,20 @@ FIGURES = [
     ("source_phys_runs_per_gib", "64K", "  physically contiguous runs per GiB, 64 KiB-fragmented", "count", "low"),
 ]
 
+# bench_pfnmap (docs/benchmarks.md, "PFN-mapped memory"): 16 MiB out of a
+# PFN-mapped ring, straight (peermem's PFN-map source) or through a staging
+# copy. (figure, side, label); the size is the run's (info pfn_bytes).
+# (figure, side, label, short label for the plot)
+PFN_ROWS = [
+    ("pfn_send_s", "direct", "RDMA WRITE straight from the PFN-mapped ring (peermem pfnmap=1)",
+     "direct: WRITE from the ring"),
+    ("pfn_send_s", "staged", "memcpy into a registered staging buffer + RDMA WRITE",
+     "staged: memcpy + WRITE"),
+    ("pfn_memcpy_s", "staged", "  of which the memcpy", "staged: the memcpy"),
+    ("pfn_stage_write_s", "staged", "  of which the RDMA WRITE from the staging buffer",
+     "staged: the WRITE"),
+]
+
 
 def pct(v, q):
     v = sorted(v)
@@ -84,7 +101,9 @@ def size_bytes(p):
 
 
 def large_param(doc):
-    return "%dM" % (int(doc["guest"]["large_bytes"]) // (1024 * 1024))
+    # A run without bench_peermem's output (bench_pfnmap's alone) has no
+    # large size: its rows stay empty.
+    return "%dM" % (int(doc["guest"].get("large_bytes", 512 << 20)) // (1024 * 1024))
 
 
 def sizes(doc):
@@ -202,6 +221,70 @@ def goals(doc):
     add("scatter entries = the bus-contiguous runs the source hands out (peermem entries / runs, worst round)",
         sg, 1.0, "==")
     return g
+
+
+def pfn_param(doc):
+    b = doc["guest"].get("pfn_bytes")
+    return "%dM" % (int(b) // (1024 * 1024)) if b else None
+
+
+def pfn_summary(doc):
+    """bench_pfnmap's figures: the ratio of the medians staged / direct (as
+    the other ratios), and the spread of the same ratio taken round by round
+    (the two paths of a round ran back to back)."""
+    p = pfn_param(doc)
+    if p is None:
+        return None
+    summ = doc["summary"]
+    key = "pfn_send_s/" + p
+    per = {}
+    for smp in doc["samples"]:
+        if smp["figure"] == "pfn_send_s" and smp["param"] == p:
+            per.setdefault(smp["round"], {})[smp["side"]] = smp["value"]
+    rr = [v["staged"] / v["direct"] for v in per.values() if v.get("direct") and "staged" in v]
+    w = (summ.get("pfn_stage_write_s/" + p, {}).get("staged") or {}).get("median")
+    d = (summ.get(key, {}).get("direct") or {}).get("median")
+    return {"bytes": int(doc["guest"]["pfn_bytes"]), "param": p,
+            "rounds": int(doc["guest"].get("pfn_rounds", 0)),
+            "sg_entries": doc["guest"].get("pfn_sg_entries"),
+            "staged_over_direct": ratio(summ, key, "staged", "direct"),
+            "staged_over_direct_per_round": stats(rr),
+            "stage_write_over_direct": w / d if w and d else None}
+
+
+def pfn_text(doc, markdown=False):
+    pfn = doc.get("pfnmap")
+    if not pfn:
+        return ""
+    summ, p, n = doc["summary"], pfn["param"], pfn["bytes"]
+    head = ["PFN-mapped memory, %s by RDMA WRITE (bench_pfnmap)" % size_label(p), "median", "MB/s"]
+    lines = []
+    for fig, side, label, _ in PFN_ROWS:
+        e = summ.get("%s/%s" % (fig, p), {}).get(side)
+        mbs = "%.1f" % (n / e["median"] / 1e6) if e and e["median"] else "-"
+        lines.append([label, cell(e, "s"), mbs])
+    rr = pfn["staged_over_direct_per_round"]
+    notes = ["staged / direct: %s (ratio of the medians; round by round p25-p75 %s-%s, %d rounds)"
+             % (rfmt(pfn["staged_over_direct"]), rfmt(rr and rr["p25"]), rfmt(rr and rr["p75"]),
+                rr["n"] if rr else 0),
+             "RDMA WRITE from the staging buffer / from the PFN-mapped ring: %s"
+             % rfmt(pfn["stage_write_over_direct"]),
+             "scatter entries of the ring's MR (peermem): %s" % (pfn.get("sg_entries") or "-")]
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        out += ["| " + " | ".join(c.strip() if i == 0 else c for i, c in enumerate(l)) + " |" for l in lines]
+        return "\n".join(out + [""] + ["- " + x for x in notes])
+    w = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
+    out = ["  ".join(h.ljust(w[i]) if i == 0 else h.rjust(w[i]) for i, h in enumerate(head))]
+    out.append("  ".join("-" * x for x in w))
+    for l in lines:
+        out.append("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(l)))
+    return "\n".join(out + notes)
+
+
+def has_peer_figures(doc):
+    names = {f[0] for f in FIGURES}
+    return any(s["figure"] in names for s in doc["samples"])
 
 
 def fmt_val(v, unit):
@@ -336,7 +419,8 @@ def cmd_results(argv):
                     guest[w[1]] = " ".join(w[2:])
     if not samples:
         sys.exit("report.py: no samples in %s" % raw)
-    doc = {"schema": 1, "what": "scripts/bench.sh: peermem vs nvidia-peermem vs the floor (docs/benchmarks.md)"}
+    doc = {"schema": 1, "what": "scripts/bench.sh: peermem vs nvidia-peermem vs the floor; "
+           "PFN-mapped memory direct vs staged (docs/benchmarks.md)"}
     doc.update(meta)
     doc["guest"] = guest
     doc["sides"] = SIDES
@@ -344,6 +428,9 @@ def cmd_results(argv):
     doc["samples"] = samples
     doc["summary"] = summarize(doc)
     doc["goals"] = goals(doc)
+    pfn = pfn_summary(doc)
+    if pfn:
+        doc["pfnmap"] = pfn
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
@@ -385,6 +472,47 @@ def cmd_plot(path, png):
                  % (k, doc.get("accel", "?"), doc.get("rounds", "?")), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, "%s  commit %s" % (doc.get("date", ""), doc.get("commit", "")[:12]),
+             fontsize=7, alpha=0.6)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def cmd_plot_pfn(path, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(path) as f:
+        doc = json.load(f)
+    pfn = doc.get("pfnmap")
+    if not pfn:
+        sys.exit("report.py plot-pfn: %s has no bench_pfnmap figures" % path)
+    p = pfn["param"]
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    labels = []
+    for i, (name, side, _, label) in enumerate(PFN_ROWS):
+        vals = [s["value"] for s in doc["samples"]
+                if s["figure"] == name and s["param"] == p and s["side"] == side]
+        e = doc["summary"].get("%s/%s" % (name, p), {}).get(side)
+        y = len(PFN_ROWS) - 1 - i
+        labels.append((y, label.strip()))
+        if not e:
+            continue
+        color = "C0" if side == "direct" else "C1" if name == "pfn_send_s" else "C7"
+        ax.barh(y, e["median"], color=color, alpha=0.6)
+        ax.errorbar([e["median"]], [y], xerr=[[e["median"] - e["p25"]], [e["p75"] - e["median"]]],
+                    fmt="none", ecolor="k", capsize=4)
+        ax.plot(vals, [y] * len(vals), "k.", ms=3, alpha=0.5)
+    ax.set_xscale("log")
+    ax.set_yticks([y for y, _ in labels])
+    ax.set_yticklabels([l for _, l in labels], fontsize=8)
+    ax.set_xlabel("seconds per %s (bars: median, whiskers: p25-p75, dots: rounds)" % size_label(p),
+                  fontsize=8)
+    ax.set_title("%s out of a PFN-mapped ring in the rig (%s kernel, QEMU %s, %s rounds)\n"
+                 "staged / direct %s" % (size_label(p), doc.get("kernel_variant", "?"), doc.get("accel", "?"),
+                                         pfn["rounds"], rfmt(pfn["staged_over_direct"])), fontsize=9)
+    ax.grid(True, which="both", axis="x", alpha=0.3)
     fig.text(0.01, 0.01, "%s  commit %s" % (doc.get("date", ""), doc.get("commit", "")[:12]),
              fontsize=7, alpha=0.6)
     fig.tight_layout()
@@ -533,13 +661,20 @@ def main():
     elif cmd == "table" and len(argv) == 1:
         with open(argv[0]) as f:
             doc = json.load(f)
-        print(table(doc, md))
-        print()
-        print(reference_text(doc, md))
-        print()
-        print(goals_text(doc, md))
+        if has_peer_figures(doc):
+            print(table(doc, md))
+            print()
+            print(reference_text(doc, md))
+            print()
+            print(goals_text(doc, md))
+        if doc.get("pfnmap"):
+            if has_peer_figures(doc):
+                print()
+            print(pfn_text(doc, md))
     elif cmd == "plot" and len(argv) == 2:
         cmd_plot(argv[0], argv[1])
+    elif cmd == "plot-pfn" and len(argv) == 2:
+        cmd_plot_pfn(argv[0], argv[1])
     elif cmd == "distortion" and len(argv) == 2:
         print(cmd_distortion(argv[0], argv[1], md))
     elif cmd == "memdetail" and len(argv) == 1:

@@ -26,14 +26,20 @@ static int pf_idle(void)
 	return pmc_idle(PMDBG_PFN);
 }
 
-/* Load the exporter (if needed) from $PEERMEM_ROOT; bails out on failure. */
+/*
+ * Load the exporter (if needed): $PFNMAP_KO, else the build in
+ * $PEERMEM_ROOT; bails out on failure.
+ */
 static void exporter_load(void)
 {
 	char ko[512];
 
 	if (access("/sys/module/pfnmap_exporter", F_OK) == 0)
 		return;
-	snprintf(ko, sizeof(ko), "%s/tests/pfnmap/pfnmap_exporter.ko", root_dir());
+	if (getenv("PFNMAP_KO"))
+		snprintf(ko, sizeof(ko), "%s", getenv("PFNMAP_KO"));
+	else
+		snprintf(ko, sizeof(ko), "%s/tests/pfnmap/pfnmap_exporter.ko", root_dir());
 	if (access(ko, R_OK))
 		bail("%s is missing: build it with make -C tests/pfnmap", ko);
 	if (run("insmod %s", ko))
