@@ -28,7 +28,7 @@
  * returns: the next RDMA completes in error at once, and MAP_FIXED's new
  * memory is never written), fork or exit; "free" (no GPU memory) is a
  * dereg there. Where the rig has a PCI BAR the DMA device reaches
- * peer-to-peer (scripts/vm.sh's ivshmem below the switch), half of those
+ * peer-to-peer (scripts/vm.sh's ivshmem below the switch), about half of those
  * rounds map the same slot of that BAR instead (the exporter's physical
  * window, io_remap_pfn_range), served by bus address.
  * Between epochs the parent stops the workers, checks that nothing is
@@ -359,7 +359,7 @@ static void round_pfn(struct worker *w, int may_exit)
 	struct ibv_mr *mr[2] = { 0 };
 	uint8_t *map, *base[2], *slot;
 	uint32_t mlen[2];
-	int n, i, t, bar = soak_bar && rnd(&w->seed) % 2;
+	int n, i, t, bar = soak_bar && (rnd(&w->seed) >> 16) % 2;
 
 	if (bar) {
 		map = mmap(NULL, PFN_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, w->pfd,
