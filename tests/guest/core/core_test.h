@@ -399,30 +399,18 @@ static void conn_close(struct conn *c)
 }
 
 /*
- * Post one RDMA WRITE or READ on QP a: local [laddr, +len) in lmr, remote
- * raddr/rkey (served by QP b). Returns the completion status, or -1 if
- * posting failed or no completion came within 30 s.
+ * Post one signaled work request on QP a and wait for its completion.
+ * Returns the completion status, or -1 if posting failed or no completion
+ * came within 30 s (the QPs' states and rxe's counters are shown then).
  */
-static int rdma_op(struct conn *c, enum ibv_wr_opcode op, struct ibv_mr *lmr,
-		   void *laddr, uint32_t len, uint64_t raddr, uint32_t rkey)
+static int post_wait(struct conn *c, struct ibv_send_wr *wr)
 {
-	struct ibv_sge sge = {
-		.addr = (uintptr_t)laddr, .length = len, .lkey = lmr->lkey,
-	};
-	struct ibv_send_wr wr, *bad;
+	struct ibv_send_wr *bad;
 	struct ibv_wc wc;
 	double end;
 	int n;
 
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = 42;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = op;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	n = ibv_post_send(c->qa, &wr, &bad);
+	n = ibv_post_send(c->qa, wr, &bad);
 	if (n) {
 		diag("ibv_post_send: %s", strerror(n));
 		return -1;
@@ -435,7 +423,7 @@ static int rdma_op(struct conn *c, enum ibv_wr_opcode op, struct ibv_mr *lmr,
 			return -1;
 		}
 		if (n == 1) {
-			if (wc.wr_id != 42)
+			if (wc.wr_id != wr->wr_id)
 				diag("completion of another request (wr_id %llu)",
 				     (unsigned long long)wc.wr_id);
 			return wc.status;
@@ -454,6 +442,47 @@ static int rdma_op(struct conn *c, enum ibv_wr_opcode op, struct ibv_mr *lmr,
 		run("cd /sys/class/infiniband/" RXE_DEV "/ports/1/hw_counters && grep -H . * | grep -v ':0$' | sed 's/^/# /'");
 	}
 	return -1;
+}
+
+/*
+ * Post one RDMA WRITE or READ on QP a: local [laddr, +len) in lmr, remote
+ * raddr/rkey (served by QP b). Returns the completion status, or -1 if
+ * posting failed or no completion came within 30 s.
+ */
+static int rdma_op(struct conn *c, enum ibv_wr_opcode op, struct ibv_mr *lmr,
+		   void *laddr, uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)laddr, .length = len, .lkey = lmr->lkey,
+	};
+	struct ibv_send_wr wr;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = 42;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = op;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return post_wait(c, &wr);
+}
+
+/* rdma_op, then new QPs after an error completion (which leaves them in the error state); bails out if that fails. */
+static int rdma_op_renew(struct conn *c, enum ibv_wr_opcode op, struct ibv_mr *lmr,
+			 void *laddr, uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	int rc = rdma_op(c, op, lmr, laddr, len, raddr, rkey);
+
+	if (rc && conn_qps(c))
+		bail("cannot recreate the QPs after an error completion");
+	return rc;
+}
+
+/* A completion status (or -1 from rdma_op/post_wait) as text. */
+static const char *wc_str(int rc)
+{
+	return rc < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)rc);
 }
 
 static void fill(void *p, size_t len, uint32_t seed)

@@ -303,11 +303,6 @@ static void requeue(struct conn *c)
 		bail("cannot recreate the QPs on " RXE_DEV);
 }
 
-static const char *wc_str(int st)
-{
-	return st > 0 ? ibv_wc_status_str(st) : st == 0 ? "success" : "no completion";
-}
-
 /*
  * The child of the exit test: registers GPU memory, moves data, and exits
  * with the MR registered and the memory allocated and mapped. Whether the

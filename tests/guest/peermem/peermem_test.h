@@ -322,6 +322,14 @@ static void load_modules(const char *args)
 	}
 }
 
+/* The serving client's core counters show every MR released (peer_stats_balanced). */
+static int pm_balanced(void)
+{
+	struct peer_stats s;
+
+	return !peer_stats(pm_name, &s) && peer_stats_balanced(&s);
+}
+
 /* A gpusim allocation of len bytes mapped in this process. */
 struct gmem {
 	uint8_t *p;

@@ -209,11 +209,6 @@ static int read_from(struct ibv_mr *mr, const void *raddr, uint32_t len)
 	return rc;
 }
 
-static const char *wc_str(int rc)
-{
-	return rc < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)rc);
-}
-
 /* ---- the checks ---- */
 
 /* 1. munmap of a registered range revokes the MR. */

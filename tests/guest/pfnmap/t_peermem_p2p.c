@@ -50,18 +50,10 @@ static char dma_port[32];
 static const char *acs_port[2];
 static int acs_off[2] = { -1, -1 }, acs_orig[2];
 
-static const char *wc_str(int rc)
-{
-	return rc < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)rc);
-}
-
+/* RDMA op between h + hoff and the remote MR at raddr; recreates the QPs after an error. */
 static int rdma(enum ibv_wr_opcode op, uint64_t hoff, uint32_t len, uint64_t raddr, uint32_t rkey)
 {
-	int rc = rdma_op(&c, op, lmr, h + hoff, len, raddr, rkey);
-
-	if (rc && conn_qps(&c))
-		bail("cannot recreate the QPs after an error completion");
-	return rc;
+	return rdma_op_renew(&c, op, lmr, h + hoff, len, raddr, rkey);
 }
 
 /* Find the two ivshmem devices and the DMA device's port. */
@@ -138,19 +130,21 @@ static int have_acs(void)
 	return acs_off[0] > 0 && acs_off[1] > 0;
 }
 
+/* Turn request redirect on, or every redirect bit off, at port i. */
+static int acs_port_redirect(int i, int on)
+{
+	uint16_t v;
+
+	if (acs_rw(i, 0, &v))
+		return -1;
+	v = on ? (v | 0x0004) : (v & ~ACS_REDIRECT);
+	return acs_rw(i, 1, &v);
+}
+
 /* Clear the redirect bits on both ports. */
 static int acs_clear_all(void)
 {
-	for (int i = 0; i < 2; i++) {
-		uint16_t v;
-
-		if (acs_off[i] <= 0 || acs_rw(i, 0, &v))
-			return -1;
-		v &= ~ACS_REDIRECT;
-		if (acs_rw(i, 1, &v))
-			return -1;
-	}
-	return 0;
+	return acs_port_redirect(0, 0) || acs_port_redirect(1, 0) ? -1 : 0;
 }
 
 static void acs_restore(void)
@@ -161,17 +155,6 @@ static void acs_restore(void)
 		if (acs_off[i] > 0)
 			acs_rw(i, 1, &v);
 	}
-}
-
-/* One port's redirect (used to turn it on under a live MR). */
-static int acs_port_redirect(int i, int on)
-{
-	uint16_t v;
-
-	if (acs_rw(i, 0, &v))
-		return -1;
-	v = on ? (v | 0x0004) : (v & ~ACS_REDIRECT);
-	return acs_rw(i, 1, &v);
 }
 
 /* Map [phys, phys + len) through the exporter's window (as a driver maps its BAR). */
@@ -188,13 +171,6 @@ static uint8_t *map_window(uint64_t phys, uint64_t len)
 		bail("mmap of the window %#llx+%#llx: %s", (unsigned long long)phys,
 		     (unsigned long long)len, strerror(errno));
 	return p;
-}
-
-static int balanced(void)
-{
-	struct peer_stats s;
-
-	return !peer_stats(pm_name, &s) && peer_stats_balanced(&s);
 }
 
 /* ibv_reg_mr that must fail: its errno (0 if it did not fail). */
@@ -215,10 +191,8 @@ static int reg_fails(void *p, size_t len, int access)
 static int fetch_add(uint64_t raddr, uint32_t rkey, uint64_t add, uint64_t *old)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)h, .length = 8, .lkey = lmr->lkey };
-	struct ibv_send_wr wr, *bad;
-	struct ibv_wc wc;
-	double end;
-	int n;
+	struct ibv_send_wr wr;
+	int rc;
 
 	memset(&wr, 0, sizeof(wr));
 	wr.wr_id = 7;
@@ -229,18 +203,9 @@ static int fetch_add(uint64_t raddr, uint32_t rkey, uint64_t add, uint64_t *old)
 	wr.wr.atomic.remote_addr = raddr;
 	wr.wr.atomic.rkey = rkey;
 	wr.wr.atomic.compare_add = add;
-	if (ibv_post_send(c.qa, &wr, &bad))
-		return -1;
-	end = now_s() + 30;
-	do {
-		n = ibv_poll_cq(c.cq, 1, &wc);
-		if (n == 1) {
-			memcpy(old, h, 8);
-			return wc.status;
-		}
-		usleep(1000);
-	} while (n >= 0 && now_s() < end);
-	return -1;
+	rc = post_wait(&c, &wr);
+	memcpy(old, h, 8);
+	return rc;
 }
 
 /* Allow remote atomics on the responder QP (conn_open's QPs do not). */
@@ -278,7 +243,7 @@ static void test_acs_on(uint8_t *p)
 	ok(dmesg_has("ACS redirect is set between the client and provider") &&
 	   dmesg_has("pci=disable_acs_redir=") && dmesg_has("cannot reach this PCI BAR peer-to-peer"),
 	   "the kernel log says why (ACS redirect), what to change (pci=disable_acs_redir=) and what failed");
-	ok(pf_idle() && balanced(), "nothing held after the refusal: pfn counters idle, the core's balance");
+	ok(pf_idle() && pm_balanced(), "nothing held after the refusal: pfn counters idle, the core's balance");
 }
 
 static void test_bus_addr(uint8_t *p)
@@ -362,7 +327,7 @@ static void test_bus_addr(uint8_t *p)
 	rc = rdma(IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)p, mr->rkey);
 	ok(rc == IBV_WC_REM_ACCESS_ERR && !memcmp(sw.cpu, buf, sw.len),
 	   "RDMA WRITE to the revoked MR completes with status 10 and writes nothing (got %d, %s)", rc, wc_str(rc));
-	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && pm_balanced(),
 	   "ibv_dereg_mr; pfn counters idle, the core's balance");
 }
 
@@ -379,7 +344,7 @@ static void test_root_complex(void)
 	ok(dmesg_has("do not share an upstream bridge or whitelisted host bridge") &&
 	   dmesg_has("cannot reach this PCI BAR peer-to-peer"),
 	   "the kernel log says why (pci_p2pdma_distance: no upstream bridge or allowed host bridge in common) and what failed");
-	ok(pf_idle() && balanced(), "nothing held: pfn counters idle, the core's balance");
+	ok(pf_idle() && pm_balanced(), "nothing held: pfn counters idle, the core's balance");
 }
 
 static void test_ram_only(void)

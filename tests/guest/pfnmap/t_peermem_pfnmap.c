@@ -35,6 +35,12 @@ static uint8_t *h, *cpu, *cpu2;
 static int efd;
 static int evfd = -1;	/* /dev/peermem, non-blocking */
 
+/* RDMA op between h + hoff and the remote MR at raddr; recreates the QPs after an error. */
+static int rdma(enum ibv_wr_opcode op, uint64_t hoff, uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	return rdma_op_renew(&c, op, lmr, h + hoff, len, raddr, rkey);
+}
+
 /*
  * The events /dev/peermem queued since the last call: exactly one, for
  * [p, p + len) with cause `cause` (0: none at all).
@@ -57,21 +63,6 @@ static int event_is(const char *what, const void *p, uint64_t len, unsigned int 
 		return got == 0;
 	return got == 1 && ev[0].start == (uintptr_t)p && ev[0].length == len && ev[0].cause == cause &&
 	       !strcmp(ev[0].client, "nv_mem");
-}
-
-static const char *wc_str(int rc)
-{
-	return rc < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)rc);
-}
-
-/* RDMA op between h + hoff and the remote MR at raddr; recreates the QPs after an error. */
-static int rdma(enum ibv_wr_opcode op, uint64_t hoff, uint32_t len, uint64_t raddr, uint32_t rkey)
-{
-	int rc = rdma_op(&c, op, lmr, h + hoff, len, raddr, rkey);
-
-	if (rc && conn_qps(&c))
-		bail("cannot recreate the QPs after an error completion");
-	return rc;
 }
 
 /* The exporter's current buffer, bytes [off, off + len), equals p. */
@@ -119,13 +110,6 @@ static int revoked_now(const struct snap *s0, const char *what)
 	     s1.ps.invalidated_mrs - s0->ps.invalidated_mrs, pmc_live_maps(PMDBG_PFN),
 	     pmc_live_pins(PMDBG_PFN));
 	return 0;
-}
-
-static int balanced(void)
-{
-	struct peer_stats s;
-
-	return !peer_stats(pm_name, &s) && peer_stats_balanced(&s);
 }
 
 static uint8_t *map_rw(void)
@@ -219,7 +203,7 @@ static void test_write_read(void)
 	memcpy(cpu2 + (4u << 20) - 50001, h, 100000);
 	ok(rc == 0 && cpu_view_is(0, 0, cpu2, LEN),
 	   "RDMA WRITE of 100000 bytes at an odd offset across the 4 MiB boundary lands there and nowhere else (status %d)", rc);
-	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && pm_balanced(),
 	   "ibv_dereg_mr; the pfn counters are back to zero live, the core's balance");
 	if (!pf_idle())
 		pmc_diag("pfn", PMDBG_PFN);
@@ -270,7 +254,7 @@ static void test_driver_change(int realloc)
 		memcpy(cpu2 + 8192, h, 4096);
 		ok(cpu_view_is(0, 0, cpu2, LEN), "zap: no byte of the buffer was written after the zap");
 	}
-	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && pm_balanced(),
 	   "%s: ibv_dereg_mr of the revoked MR; pfn counters idle, the core's balance", what);
 	if (!pf_idle())
 		pmc_diag("pfn", PMDBG_PFN);
@@ -299,7 +283,7 @@ static void test_munmap(void)
 	ok(rc == IBV_WC_REM_ACCESS_ERR && cpu_view_is(0, 0, cpu2, LEN),
 	   "munmap: RDMA WRITE to the revoked MR completes with status 10 and writes nothing (got %d, %s)",
 	   rc, wc_str(rc));
-	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && pm_balanced(),
 	   "munmap: ibv_dereg_mr; pfn counters idle, the core's balance");
 }
 
@@ -321,7 +305,7 @@ static void test_mprotect(void)
 	rc = rdma(IBV_WR_RDMA_READ, 0, 4096, (uintptr_t)p, mr->rkey);
 	ok(rc == IBV_WC_REM_ACCESS_ERR, "mprotect: RDMA READ from the revoked MR completes with status 10 (got %d, %s)",
 	   rc, wc_str(rc));
-	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && balanced(),
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && pm_balanced(),
 	   "mprotect: ibv_dereg_mr; pfn counters idle, the core's balance");
 	munmap(p, LEN);
 }
@@ -358,7 +342,7 @@ static void test_exit(void)
 	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	   "exit: a child registered the PFN mapping, used it, and exited holding the MR (status %d)",
 	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-	ok(wait_for(pf_idle, 10) && wait_for(balanced, 10), "exit: the child's MR is gone, pfn counters idle, the core's balance");
+	ok(wait_for(pf_idle, 10) && wait_for(pm_balanced, 10), "exit: the child's MR is gone, pfn counters idle, the core's balance");
 	take(&s1);
 	ok(s1.inv == s0.inv + 1 && s1.ps.invalidated_mrs == s0.ps.invalidated_mrs + 1,
 	   "exit: the MR was revoked by the address watch at the address space's teardown, before uverbs released it (pfn invalidations_mmu_notifier %+lld, core num_invalidated_mrs %+lld)",
@@ -401,7 +385,7 @@ static void test_read_only(void)
 	}
 	munmap(p, LEN);
 	close(rfd);
-	ok(wait_for(pf_idle, 5) && balanced(), "read-only mapping: pfn counters idle, the core's balance");
+	ok(wait_for(pf_idle, 5) && pm_balanced(), "read-only mapping: pfn counters idle, the core's balance");
 }
 
 /* Mappings that are not the source's: refused, nothing held. */
@@ -471,7 +455,7 @@ static void test_refused(void)
 	munmap(p, LEN);
 	test_window("the legacy VGA window 0xa0000-0xbffff (device memory inside the kernel's memory map, its pages PageReserved)",
 		    0xa0000, 0x20000);
-	ok(pf_idle() && balanced(), "refusals hold nothing: pfn counters idle, the core's balance");
+	ok(pf_idle() && pm_balanced(), "refusals hold nothing: pfn counters idle, the core's balance");
 }
 
 int main(void)
