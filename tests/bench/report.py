@@ -270,16 +270,26 @@ def pfn_text(doc, markdown=False):
              "RDMA WRITE from the staging buffer / from the PFN-mapped ring: %s"
              % rfmt(pfn["stage_write_over_direct"]),
              "scatter entries of the ring's MR (peermem): %s" % (pfn.get("sg_entries") or "-")]
+    out = grid(head, lines, markdown)
+    if markdown:
+        return "\n".join(out + [""] + ["- " + x for x in notes])
+    return "\n".join(out + notes)
+
+
+def grid(head, lines, markdown):
+    """A table's lines: markdown (first column stripped of its indent), or
+    text with the first column left-aligned, the others right-aligned, and a
+    rule under the head."""
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-        out += ["| " + " | ".join(c.strip() if i == 0 else c for i, c in enumerate(l)) + " |" for l in lines]
-        return "\n".join(out + [""] + ["- " + x for x in notes])
+        return out + ["| " + " | ".join(c.strip() if i == 0 else c for i, c in enumerate(l)) + " |"
+                      for l in lines]
     w = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
     out = ["  ".join(h.ljust(w[i]) if i == 0 else h.rjust(w[i]) for i, h in enumerate(head))]
     out.append("  ".join("-" * x for x in w))
     for l in lines:
         out.append("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(l)))
-    return "\n".join(out + notes)
+    return out
 
 
 def has_peer_figures(doc):
@@ -346,16 +356,7 @@ def table(doc, markdown=False):
                           fmt_val(pm, "bytes"),
                           fmt_val(nv, "bytes"), "-",
                           rfmt(pm / nv if pm is not None and nv else None), "-", "-"])
-    if markdown:
-        out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-        out += ["| " + " | ".join(c.strip() if i == 0 else c for i, c in enumerate(l)) + " |" for l in lines]
-        return "\n".join(out)
-    w = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
-    out = ["  ".join(h.ljust(w[i]) if i == 0 else h.rjust(w[i]) for i, h in enumerate(head))]
-    out.append("  ".join("-" * x for x in w))
-    for l in lines:
-        out.append("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(l)))
-    return "\n".join(out)
+    return "\n".join(grid(head, lines, markdown))
 
 
 def reference_text(doc, markdown=False):
