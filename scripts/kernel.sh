@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Fetch, configure, patch and build the rig kernel; print its build dir (KDIR).
 #
-#   scripts/kernel.sh [--variant debug|plain] [--kver 7.3|6.12] [--print-kdir]
+#   scripts/kernel.sh [--variant debug|plain] [--kver 7.3|6.12] [--prepare-only] [--print-kdir]
+#
+# --prepare-only stops after `make modules_prepare` (which, with CONFIG_RUST,
+# also builds the Rust crates an out-of-tree Rust module compiles against)
+# instead of building the whole kernel: enough to prove a module compiles
+# there, not to boot it or resolve its symbols. Such a tree lives in its own
+# directory (linux-<kver>-<variant>-prep-<hash>), stamped .peermem-prepared,
+# and has an empty Module.symvers (there is no vmlinux to take one from), so a
+# module build against it must allow unresolved symbols (KBUILD_MODPOST_WARN).
 #
 # The source is Debian's linux-source-$KVER package. Trees live in
 # $PEERMEM_CACHE (default ~/.cache/peermem), one build dir per kernel version,
@@ -15,13 +23,14 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 variant=debug
-print_only=0
+print_only=0 prepare_only=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--variant) variant=$2; shift 2 ;;
 	--kver) RIG_KVER=$2; shift 2 ;;
 	--print-kdir) print_only=1; shift ;;
-	*) pm_die "unknown argument '$1'; usage: scripts/kernel.sh [--variant debug|plain] [--kver 7.3|6.12] [--print-kdir]" ;;
+	--prepare-only) prepare_only=1; shift ;;
+	*) pm_die "unknown argument '$1'; usage: scripts/kernel.sh [--variant debug|plain] [--kver 7.3|6.12] [--prepare-only] [--print-kdir]" ;;
 	esac
 done
 case "$variant" in debug|plain) ;; *) pm_die "unknown variant '$variant'; use debug or plain" ;; esac
@@ -37,9 +46,13 @@ patchdir=$rig/patches/$RIG_KVER
 cfg_hash=$(cat "${frags[@]}" | sha256sum | cut -c1-12)
 
 srcroot=$PEERMEM_CACHE/src
-objdir=$PEERMEM_CACHE/build/linux-$RIG_KVER-$variant-$cfg_hash
+if [ "$prepare_only" = 1 ]; then
+	objdir=$PEERMEM_CACHE/build/linux-$RIG_KVER-$variant-prep-$cfg_hash stamp=.peermem-prepared
+else
+	objdir=$PEERMEM_CACHE/build/linux-$RIG_KVER-$variant-$cfg_hash stamp=.peermem-built
+fi
 if [ "$print_only" = 1 ]; then
-	[ -f "$objdir/.peermem-built" ] || pm_die "no built $variant kernel $RIG_KVER in $objdir; run scripts/kernel.sh first"
+	[ -f "$objdir/$stamp" ] || pm_die "no $([ "$prepare_only" = 1 ] && echo prepared || echo built) $variant kernel $RIG_KVER in $objdir; run scripts/kernel.sh first"
 	echo "$objdir"; exit 0
 fi
 
@@ -90,27 +103,33 @@ fi
 
 pm_stage "kernel: patch series"
 # The series is every *.patch in $patchdir, in name order. The stamp holds a
-# copy of what is applied, so a changed series is reverted, then re-applied.
+# copy of what is applied. A changed series keeps the patches both have in
+# common at its start; the rest is reverted (newest first) and the new tail
+# applied, so an added patch does not rebuild what the earlier ones touched.
 applied=$src/.peermem-patches
 want=$(mktemp -d); trap 'rm -rf "$want"' EXIT
 if [ -d "$patchdir" ]; then cp "$patchdir"/*.patch "$want"/ 2>/dev/null || true; fi
 if [ -d "$applied" ] && diff -rq "$applied" "$want" >/dev/null; then
 	pm_log "series unchanged ($(ls "$want" | wc -l) patches)"
 else
-	if [ -d "$applied" ]; then
-		for p in $(ls "$applied"/*.patch 2>/dev/null | sort -r); do
-			pm_log "revert $(basename "$p")"
-			patch -d "$src" -p1 -R -s -f < "$p" || pm_die "could not revert $(basename "$p") from $src; delete $src to start clean"
-		done
-		rm -rf "$applied"
-	fi
-	mkdir -p "$applied.new"
-	for p in $(ls "$want"/*.patch 2>/dev/null | sort); do
-		pm_log "apply $(basename "$p")"
-		patch -d "$src" -p1 -s -f -N < "$p" || pm_die "patch $(basename "$p") does not apply to linux $RIG_KVER ($debver); rebase it"
-		cp "$p" "$applied.new"/
+	mapfile -t have < <(ls "$applied" 2>/dev/null | grep '\.patch$' | sort)
+	mapfile -t need < <(ls "$want" | grep '\.patch$' | sort)
+	keep=0
+	while [ "$keep" -lt "${#have[@]}" ] && [ "$keep" -lt "${#need[@]}" ] &&
+		[ "${have[$keep]}" = "${need[$keep]}" ] && cmp -s "$applied/${have[$keep]}" "$want/${need[$keep]}"; do
+		keep=$((keep + 1))
 	done
-	mv "$applied.new" "$applied"
+	mkdir -p "$applied"
+	for ((i = ${#have[@]} - 1; i >= keep; i--)); do
+		pm_log "revert ${have[$i]}"
+		patch -d "$src" -p1 -R -s -f < "$applied/${have[$i]}" || pm_die "could not revert ${have[$i]} from $src; delete $src to start clean"
+		rm -f "$applied/${have[$i]}"
+	done
+	for ((i = keep; i < ${#need[@]}; i++)); do
+		pm_log "apply ${need[$i]}"
+		patch -d "$src" -p1 -s -f -N < "$want/${need[$i]}" || pm_die "patch ${need[$i]} does not apply to linux $RIG_KVER ($debver); rebase it"
+		cp "$want/${need[$i]}" "$applied"/
+	done
 fi
 
 pm_stage "kernel: configure $objdir"
@@ -139,15 +158,24 @@ while IFS= read -r line; do
 done < <(cat "${frags[@]}" | grep -v '^#' | sed 's/[[:space:]]*$//')
 [ "$bad" = 0 ] || { rm -f "$objdir/.peermem-config-hash"; pm_die "kernel config fragment does not apply cleanly to $RIG_KVER (lines above); fix tests/rig/*.config"; }
 
-pm_stage "kernel: build (make -j$(( $(nproc) + 1 )), log in $objdir/build.log)"
-rm -f "$objdir/.peermem-built"
-if ! kmake -j"$(( $(nproc) + 1 ))" all >"$objdir/build.log" 2>&1; then
+target=all
+[ "$prepare_only" = 1 ] && target=modules_prepare
+pm_stage "kernel: make $target (-j$(( $(nproc) + 1 )), log in $objdir/build.log)"
+rm -f "$objdir/$stamp"
+if ! kmake -j"$(( $(nproc) + 1 ))" "$target" >"$objdir/build.log" 2>&1; then
 	grep -E 'error|Error' "$objdir/build.log" | head -20 >&2
 	tail -n 20 "$objdir/build.log" >&2
 	pm_die "kernel build failed; full log: $objdir/build.log"
 fi
-touch "$objdir/.peermem-built"
-ln -sfn "$objdir" "$PEERMEM_CACHE/linux-$RIG_KVER-$variant"
+if [ "$prepare_only" = 1 ]; then
+	[ -f "$objdir/rust/libkernel.rmeta" ] || pm_die "make modules_prepare built no Rust kernel crate (rust/libkernel.rmeta) in $objdir; see $objdir/build.log"
+	# No vmlinux, so no symbol list: an empty one (see --prepare-only above).
+	[ -f "$objdir/Module.symvers" ] || : > "$objdir/Module.symvers"
+	touch "$objdir/$stamp"
+else
+	touch "$objdir/$stamp"
+	ln -sfn "$objdir" "$PEERMEM_CACHE/linux-$RIG_KVER-$variant"
+fi
 pm_stage "kernel: ready"
 echo "$objdir"
 exit
