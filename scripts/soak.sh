@@ -12,7 +12,8 @@
 #                   [--kdir DIR] [-v]
 #
 #   --rounds N     rounds in total (default 100000)
-#   --seconds S    stop after S seconds even if the rounds are not done
+#   --seconds S    run for S seconds instead, in E equal epochs (--rounds is
+#                  then only a cap; at least one round per epoch is required)
 #   --client C     peermem (default) or nvpeermem: NVIDIA's nvidia-peermem,
 #                  unmodified, built by tests/nvpeermem/build.sh
 #   --procs P      worker processes, two threads each (default 3)

@@ -6,12 +6,12 @@
 # mounts the writable results share that scripts/vm.sh exported (tag
 # peermem-results) and runs the tests listed there:
 #
-#   $RES/vm.conf      shell variables: TEST_TIMEOUT, KMEMLEAK, PEERMEM_ROOT
+#   $RES/vm.conf      shell variables: TEST_TIMEOUT, CAL_REF_MS, KMEMLEAK, PEERMEM_ROOT
 #   $RES/tests.list   one test a line: "<cwd>\t<kind>\t<command>", kind "exec"
 #                     (command is an executable's path) or "sh" (bash -c)
 #
-# For test N it writes $RES/out/N (stdout and stderr) and $RES/out/N.rc (exit
-# status; 124/137 = timed out). Progress markers go to the kernel log
+# For test N it writes $RES/out/N (stdout and stderr), $RES/out/N.rc (exit
+# status; 124/137 = timed out) and $RES/out/N.limit (its limit in seconds). Progress markers go to the kernel log
 # (/dev/kmsg), so they land in the console stream in order with any kernel
 # report, which is how the runner knows which test a report belongs to:
 #
@@ -117,6 +117,31 @@ read -r up _ < /proc/uptime
 kmsg "init (uptime ${up}s, kmemleak=$KMEMLEAK)"
 
 mkdir -p "$RES/out"
+# --- how fast is this guest? ------------------------------------------------
+# Work-bound tests take longer on a slower or busier machine; their limit
+# must not decide the verdict. A fixed bash loop (builtins only) is timed
+# against CAL_REF_MS, what it took in the rig on an idle 2-core machine
+# (scripts/vm.sh), and every test's limit is TEST_TIMEOUT times that ratio,
+# at least 1 and at most 4. A hung test is still killed, only later on a slow
+# machine. PEERMEM_VM_SLOWDOWN (percent) forces the ratio (the runner's own
+# tests); tests see the ratio as PEERMEM_SLOWDOWN, in percent.
+cal_t0=${EPOCHREALTIME/./}
+for ((i = 0; i < 40000; i++)); do :; done
+cal_ms=$(( (${EPOCHREALTIME/./} - cal_t0) / 1000 ))
+: "${CAL_REF_MS:=0}"
+if [ -n "${PEERMEM_VM_SLOWDOWN:-}" ]; then
+	slow=$PEERMEM_VM_SLOWDOWN
+elif [ "$CAL_REF_MS" -gt 0 ]; then
+	slow=$(( cal_ms * 100 / CAL_REF_MS ))
+else
+	slow=100
+fi
+[ "$slow" -lt 100 ] && slow=100
+[ "$slow" -gt 400 ] && slow=400
+limit=$(( TEST_TIMEOUT * slow / 100 ))
+export PEERMEM_SLOWDOWN=$slow
+kmsg "calibration: ${cal_ms} ms (reference ${CAL_REF_MS} ms): slowdown ${slow}%, test limit ${limit}s"
+
 n=0
 last_end=${EPOCHSECONDS}
 while IFS=$'\t' read -r cwd kind cmd; do
@@ -127,13 +152,14 @@ while IFS=$'\t' read -r cwd kind cmd; do
 	(
 		cd "$cwd" 2>/dev/null || cd /tmp
 		if [ "$kind" = exec ]; then
-			exec timeout -k 10 "$TEST_TIMEOUT" "$cmd"
+			exec timeout -k 10 "$limit" "$cmd"
 		else
-			exec timeout -k 10 "$TEST_TIMEOUT" bash -c "$cmd"
+			exec timeout -k 10 "$limit" bash -c "$cmd"
 		fi
 	) </dev/null >"$RES/out/$n" 2>&1
 	rc=$?
 	t1=${EPOCHREALTIME/./}
+	echo "$limit" > "$RES/out/$n.limit"
 	echo "$rc" > "$RES/out/$n.rc"
 	# Nothing a test started may outlive it (servers, stuck children):
 	# signal -1 from PID 1 reaches every process but PID 1 itself.

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The race soak as a command (scripts/soak.sh runs it in the rig):
- *   soak [--rounds N] [--seconds S] [--procs P] [--epochs E]
+ *   soak [--rounds N] [--seconds S [--min-rounds M]] [--procs P] [--epochs E]
  *        [--reload-every K] [--client peermem|nvpeermem] [--seed N]
- * (or the same as SOAK_ROUNDS, SOAK_SECONDS, SOAK_PROCS, SOAK_EPOCHS,
+ * (or the same as SOAK_ROUNDS, SOAK_SECONDS, SOAK_MIN_ROUNDS, SOAK_PROCS, SOAK_EPOCHS,
  * SOAK_RELOAD_EVERY, SOAK_CLIENT, SOAK_SEED in the environment).
  * See soak.h for what a round does and what is checked.
  */
@@ -21,6 +21,8 @@ int main(int argc, char **argv)
 		o.rounds = atoll(getenv("SOAK_ROUNDS"));
 	if (getenv("SOAK_SECONDS"))
 		o.seconds = atoi(getenv("SOAK_SECONDS"));
+	if (getenv("SOAK_MIN_ROUNDS"))
+		o.min_rounds = atoll(getenv("SOAK_MIN_ROUNDS"));
 	if (getenv("SOAK_PROCS"))
 		o.procs = atoi(getenv("SOAK_PROCS"));
 	if (getenv("SOAK_EPOCHS"))

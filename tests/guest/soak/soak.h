@@ -80,8 +80,14 @@ static int soak_bar;			/* the exporter's window maps a peer-to-peer BAR */
 #define PFN_SLOT (256 * 1024UL)		/* each thread's part of the exporter's buffer */
 #define PFN_LEN (64 * 2 * PFN_SLOT)	/* 64 processes x 2 threads */
 
+/*
+ * With seconds > 0 the run is bounded by time, not by rounds: each epoch
+ * gets an equal slice of it (rounds is then only a cap), and the run checks
+ * it did at least min_rounds rounds and at least one round in every epoch,
+ * so a slow machine passes with less work and a stuck one still fails.
+ */
 struct soak_opts {
-	long long rounds;
+	long long rounds, min_rounds;
 	int seconds, procs, epochs, reload_every;
 	const char *client;	/* "peermem" or "nvpeermem" */
 	unsigned int seed;
@@ -628,6 +634,7 @@ static int soak_main(const struct soak_opts *o)
 {
 	long long per_epoch, prev = 0;
 	int epoch, reloads = 0, idle_fail = 0, load_fail = 0, exits = 0, crashes = 0;
+	int empty_epochs = 0;
 	uint32_t seed = o->seed ?: (uint32_t)time(NULL);
 	double t0 = now_s(), last = t0;
 	char knobs[200];
@@ -660,13 +667,20 @@ static int soak_main(const struct soak_opts *o)
 	if (soak_load(o))
 		bail("cannot load %s", o->client);
 	idle_cond_client = !strcmp(o->client, "peermem");
-	diag("soak: client %s, %lld rounds%s, %d processes x 2 threads, %d epochs, reload every %d, seed %u",
-	     o->client, o->rounds, o->seconds ? " (or the time limit)" : "", o->procs, o->epochs,
-	     o->reload_every, seed);
+	if (o->seconds)
+		diag("soak: client %s, %d s in %d epochs of %.0f s (at most %lld rounds, at least %lld), %d processes x 2 threads, reload every %d, seed %u",
+		     o->client, o->seconds, o->epochs, (double)o->seconds / o->epochs, o->rounds,
+		     o->min_rounds, o->procs, o->reload_every, seed);
+	else
+		diag("soak: client %s, %lld rounds, %d processes x 2 threads, %d epochs, reload every %d, seed %u",
+		     o->client, o->rounds, o->procs, o->epochs, o->reload_every, seed);
 	per_epoch = (o->rounds + o->epochs - 1) / o->epochs;
 	for (epoch = 0; epoch < o->epochs; epoch++) {
 		int live = 0;
 		pid_t pids[64];
+		long long epoch_start = atomic_load(&S->rounds);
+		/* Time mode: this epoch's slice of the run ends here. */
+		double epoch_end = t0 + (double)o->seconds * (epoch + 1) / o->epochs;
 
 		if (epoch && o->reload_every && epoch % o->reload_every == 0) {
 			if (soak_unload(o) || soak_load(o))
@@ -675,7 +689,7 @@ static int soak_main(const struct soak_opts *o)
 				reloads++;
 		}
 		soak_knobs(o, &seed, knobs, sizeof(knobs));
-		S->target = (epoch + 1) * per_epoch;
+		S->target = o->seconds ? o->rounds : (epoch + 1) * per_epoch;
 		if (S->target > o->rounds)
 			S->target = o->rounds;
 		atomic_store(&S->stop, 0);
@@ -713,7 +727,7 @@ static int soak_main(const struct soak_opts *o)
 				}
 				continue;
 			}
-			if (o->seconds && now_s() - t0 > o->seconds)
+			if (o->seconds && now_s() > epoch_end)
 				atomic_store(&S->stop, 1);
 			if (now_s() - last >= 30) {
 				long long r = atomic_load(&S->rounds);
@@ -732,7 +746,12 @@ static int soak_main(const struct soak_opts *o)
 			idle_fail++;
 			diag("epoch %d: something is left after the workers ended (above)", epoch);
 		}
-		if (o->seconds && now_s() - t0 > o->seconds)
+		if (atomic_load(&S->rounds) == epoch_start) {
+			empty_epochs++;
+			diag("epoch %d (%s): no round finished in its %.0f s", epoch, knobs,
+			     (double)o->seconds / o->epochs);
+		}
+		if (!o->seconds && atomic_load(&S->rounds) >= o->rounds)
 			break;
 	}
 	gs_knob("delay_us", "0");
@@ -751,9 +770,14 @@ static int soak_main(const struct soak_opts *o)
 	if (S->last_error[0])
 		diag("last unexpected failure: %s", S->last_error);
 
-	ok(atomic_load(&S->rounds) >= o->rounds || (o->seconds && now_s() - t0 > o->seconds),
-	   "%s: %lld rounds done (%lld asked%s)", o->client, (long long)atomic_load(&S->rounds),
-	   o->rounds, o->seconds ? ", or the time limit" : "");
+	if (o->seconds)
+		ok(atomic_load(&S->rounds) >= o->min_rounds && !empty_epochs,
+		   "%s: %lld rounds in %.0f s (at least %lld asked, %.2f rounds/s) and every one of %d epochs did some (%d did none)",
+		   o->client, (long long)atomic_load(&S->rounds), now_s() - t0, o->min_rounds,
+		   atomic_load(&S->rounds) / (now_s() - t0), o->epochs, empty_epochs);
+	else
+		ok(atomic_load(&S->rounds) >= o->rounds, "%s: %lld rounds done (%lld asked)", o->client,
+		   (long long)atomic_load(&S->rounds), o->rounds);
 	ok(atomic_load(&S->wrong_bytes) == 0, "%s: no wrong byte (%lld bytes checked)", o->client,
 	   (long long)atomic_load(&S->bytes_checked));
 	ok(atomic_load(&S->unexpected) == 0, "%s: no unexpected failure (%lld)", o->client,
@@ -802,6 +826,7 @@ static void soak_parse(int argc, char **argv, struct soak_opts *o)
 	static const struct option lo[] = {
 		{ "rounds", required_argument, 0, 'r' },
 		{ "seconds", required_argument, 0, 's' },
+		{ "min-rounds", required_argument, 0, 'm' },
 		{ "procs", required_argument, 0, 'p' },
 		{ "epochs", required_argument, 0, 'e' },
 		{ "reload-every", required_argument, 0, 'l' },
@@ -815,16 +840,18 @@ static void soak_parse(int argc, char **argv, struct soak_opts *o)
 		switch (ch) {
 		case 'r': o->rounds = atoll(optarg); break;
 		case 's': o->seconds = atoi(optarg); break;
+		case 'm': o->min_rounds = atoll(optarg); break;
 		case 'p': o->procs = atoi(optarg); break;
 		case 'e': o->epochs = atoi(optarg); break;
 		case 'l': o->reload_every = atoi(optarg); break;
 		case 'c': o->client = optarg; break;
 		case 'S': o->seed = (unsigned int)strtoul(optarg, NULL, 0); break;
 		default:
-			bail("usage: soak [--rounds N] [--seconds S] [--procs P] [--epochs E] [--reload-every K] [--client peermem|nvpeermem] [--seed N]");
+			bail("usage: soak [--rounds N] [--seconds S [--min-rounds M]] [--procs P] [--epochs E] [--reload-every K] [--client peermem|nvpeermem] [--seed N]");
 		}
 	}
-	if (o->rounds < 1 || o->procs < 1 || o->procs > 64 || o->epochs < 1 ||
+	if (o->rounds < 1 || o->procs < 1 || o->procs > 64 || o->epochs < 1 || o->seconds < 0 ||
+	    o->min_rounds < 0 ||
 	    (strcmp(o->client, "peermem") && strcmp(o->client, "nvpeermem")))
 		bail("soak: bad arguments (rounds >= 1, 1 <= procs <= 64, epochs >= 1, client peermem or nvpeermem)");
 }

@@ -177,9 +177,11 @@ show_on_fail "$f0"
 # One boot, many ways to fail; each must be caught and attributed. (lockdep
 # before KASAN: a KASAN report turns lock debugging off for the boot.)
 f0=$nfail
-rc=$(vm --test-timeout 20 --env PMFIXTURE_KO="$scratch/pmfixture.ko" \
+# The guest's measured slowdown is forced to 2x: the base limit of 10 s
+# becomes 20 s, which t_slow (15 s) needs and t_hang does not escape.
+rc=$(vm --test-timeout 10 --env PEERMEM_VM_SLOWDOWN=200 --env PMFIXTURE_KO="$scratch/pmfixture.ko" \
 	"$fix/t_pass" "$fix/t_fail" "$fix/t_silent" "$fix/t_kreport_warn" "$fix/t_kreport_lockdep" "$fix/t_kreport_kasan" \
-	"$fix/t_hang" "$fix/t_kreport_leak" "$fix/t_kmsg_unexpected" "$fix/t_pass")
+	"$fix/t_hang" "$fix/t_kreport_leak" "$fix/t_kmsg_unexpected" "$fix/t_checker_off" "$fix/t_slow")
 if [ "$rc" = 1 ]; then ok "a failing VM run exits 1"; else not_ok "a failing VM run exits 1 (got $rc)"; fi
 has "a passing test's results come through, renumbered" '^ok 1 - vm/fixtures/t_pass: first$'
 has "SKIP directives are kept" '^ok 2 - vm/fixtures/t_pass: second # SKIP'
@@ -191,7 +193,9 @@ has "a kernel WARN fails the run, attributed to its test" '^not ok [0-9]+ - kern
 has "the WARN excerpt names the culprit" '^#   \| .*pmfixture'
 has "a lockdep report fails the run, attributed to its test" '^not ok [0-9]+ - kernel report during test 5 \(vm/fixtures/t_kreport_lockdep\): WARNING: possible circular locking dependency detected'
 has "a KASAN report fails the run, attributed to its test" '^not ok [0-9]+ - kernel report during test 6 \(vm/fixtures/t_kreport_kasan\): BUG: KASAN: slab-out-of-bounds'
-has "a hanging test is killed at its limit and fails" '^not ok [0-9]+ - vm/fixtures/t_hang: timed out after 20s'
+has "a hanging test is killed at its limit (base x slowdown) and fails" '^not ok [0-9]+ - vm/fixtures/t_hang: timed out after 20s'
+has "a slow test that needs more than the base limit passes under the scaled one" '^ok [0-9]+ - vm/fixtures/t_slow: finished after 15s \(limit: base times slowdown 200%\)'
+has "the guest says its calibration and limit" '^# vm: calibration: [0-9]+ ms .*slowdown 200%, test limit 20s'
 has "the tests after a hang still run" '^ok [0-9]+ - vm/fixtures/t_kreport_leak: rmmod pmfixture'
 has "a kmemleak leak fails the run" '^not ok [0-9]+ - kmemleak: [0-9]+ unreferenced object'
 # (By the time of the scan the module is gone: its frames show as raw
@@ -199,6 +203,8 @@ has "a kmemleak leak fails the run" '^not ok [0-9]+ - kmemleak: [0-9]+ unreferen
 has "the leak excerpt shows who leaked: insmod, in a module's init" '^#   \|   comm "insmod"'
 has "... with the allocation's backtrace" '^#   \|     do_init_module'
 has "a line allowed only during another test is a report here" '^not ok [0-9]+ - kernel report during test 9 \(vm/fixtures/t_kmsg_unexpected\): kmemleak: Cannot allocate a scan area'
+has "a checker switching itself off is a report of its test" '^not ok [0-9]+ - kernel report during test 10 \(vm/fixtures/t_checker_off\): DMA-API: cacheline tracking ENOMEM, dma-debug disabled'
+has "... and its leak check is failed with that cause, not read" '^not ok [0-9]+ - DMA-API leak check not done: the checker switched itself off during test 10 \(vm/fixtures/t_checker_off\): DMA-API: cacheline tracking ENOMEM'
 hasnt "no report is pinned on an innocent test" 'kernel report .*(t_pass|t_fail|t_silent|t_hang)'
 last=$(grep -cE '^(not )?ok ' "$tmp/vm.out"); plan=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$tmp/vm.out")
 if [ -n "$plan" ] && [ "$plan" = "$last" ]; then ok "the plan (1..$plan) matches the results printed"; else not_ok "the plan '1..$plan' matches the $last results printed"; fi
