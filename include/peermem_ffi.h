@@ -228,6 +228,12 @@ void peermem_debugfs_add_counter(void *dir, const char *name, const void *counte
  */
 void peermem_debugfs_add_knob(const char *name, u32 *value);
 
+/*
+ * Add the read-only file NAME (as above) showing *value in hexadecimal
+ * (0x%08x); value must stay valid until peermem_debugfs_remove().
+ */
+void peermem_debugfs_add_hex(const char *name, u32 *value);
+
 /* msleep(ms). */
 void peermem_msleep(unsigned int ms);
 

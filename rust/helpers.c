@@ -547,6 +547,14 @@ void peermem_debugfs_add_knob(const char *name, u32 *value)
 	debugfs_create_u32(name, 0600, peermem_dir, value);
 }
 
+void peermem_debugfs_add_hex(const char *name, u32 *value)
+{
+	if (!peermem_dir)
+		return;
+	/* 0x%08x, read whole (a u32 load); only peermem writes the value. */
+	debugfs_create_x32(name, 0444, peermem_dir, value);
+}
+
 void peermem_msleep(unsigned int ms)
 {
 	msleep(ms);
