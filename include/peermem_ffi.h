@@ -41,6 +41,12 @@
  */
 const char *peermem_param_peer_name(void);
 
+/* nvidia-peermem's peerdirect_support parameter (default 0). */
+int peermem_param_peerdirect_support(void);
+
+/* nvidia-peermem's persistent_api_support parameter (-1: not given). */
+int peermem_param_persistent_api_support(void);
+
 /* The enable_invalidate parameter (register the invalidating client). */
 bool peermem_param_enable_invalidate(void);
 
