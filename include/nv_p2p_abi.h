@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * nv_p2p_abi.h - the NVIDIA GPU peer-to-peer page-table interface exported
- * by nvidia.ko (550 driver series), as seen from a third-party module.
+ * by nvidia.ko (550 to 595 driver series), as seen from a third-party module.
  *
- * peermem's own declaration of that binary interface: every name, type,
- * size, offset and constant must equal those of the nv-p2p.h shipped with
- * the 550.163.01 open kernel modules; tests/host/abi/run.sh compares them
- * and fails on any difference. tests/gpusim implements the same interface
- * for the test rig.
+ * peermem's own declaration of that binary interface. By default it is the
+ * 550 interface: every name, type, size, offset and constant equals those
+ * of the nv-p2p.h shipped with the 550.163.01 open kernel modules, and
+ * tests/host/abi/run.sh compares them and fails on any difference. What
+ * later drivers changed (see "Page-table layouts" below) is declared here
+ * too; those names, and the layout with PEERMEM_NV_P2P_PAGE_TABLE_MAJOR
+ * set to 2, are checked against the facts in tests/host/abi/nv_p2p_newer.tsv.
+ * tests/gpusim implements the same interface for the test rig.
  *
  * The exported functions are GPL-only. Usable from kernel C and bindgen.
  */
@@ -107,7 +110,50 @@ typedef struct nvidia_p2p_page {
 	} registers;
 } nvidia_p2p_page_t;
 
+/*
+ * Page-table layouts. The driver fills in the version of the layout it
+ * allocated; the two that exist:
+ *
+ *  v1.2 (0x00010002): drivers 550 to 575. Five fields, 32 bytes on a
+ *       64-bit kernel.
+ *  v2.0 (0x00020000): drivers from 580.65.06 on. The same five fields at
+ *       the same offsets, then a u32 `flags` (at byte 32, 40 bytes in all).
+ *       Only the new field changed, yet the major went up, so the
+ *       compatibility rule above makes a client built for one major refuse
+ *       tables of the other. peermem accepts both (rust/kapi/nvidia_p2p.rs).
+ *
+ * PEERMEM_NV_P2P_PAGE_TABLE_MAJOR picks the layout this header declares as
+ * struct nvidia_p2p_page_table and the NVIDIA_P2P_PAGE_TABLE_VERSION it
+ * names: 1 (the default, the 550 header's view) or 2 (the 580+ view). A
+ * client that reads tables of both majors keeps the default and reads
+ * `flags` only from a table whose major is 2, at
+ * NVIDIA_P2P_PAGE_TABLE_V2_FLAGS_OFFSET: a v1.2 table ends before it.
+ */
+#define NVIDIA_P2P_PAGE_TABLE_VERSION_V1 0x00010002
+#define NVIDIA_P2P_PAGE_TABLE_VERSION_V2 0x00020000
+#define NVIDIA_P2P_PAGE_TABLE_V2_FLAGS_OFFSET 32
+#define NVIDIA_P2P_PAGE_TABLE_V2_SIZE 40
+
+/*
+ * Bits of `flags` (v2.0 tables). CPU_CACHEABLE: the pages are GPU memory
+ * the CPU may cache, i.e. a cache-coherent GPU (NVLink-C2C, Grace Hopper)
+ * whose pages the driver addresses by their system physical address; on a
+ * PCIe GPU (BAR1 addresses) the bit is clear. See docs/module.md for what
+ * it means for a mapping by a NIC.
+ */
+#define NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE 0x1
+
+#ifndef PEERMEM_NV_P2P_PAGE_TABLE_MAJOR
+#define PEERMEM_NV_P2P_PAGE_TABLE_MAJOR 1
+#endif
+
+#if PEERMEM_NV_P2P_PAGE_TABLE_MAJOR == 2
+#define NVIDIA_P2P_PAGE_TABLE_VERSION 0x00020000
+#elif PEERMEM_NV_P2P_PAGE_TABLE_MAJOR == 1
 #define NVIDIA_P2P_PAGE_TABLE_VERSION 0x00010002
+#else
+#error "PEERMEM_NV_P2P_PAGE_TABLE_MAJOR must be 1 or 2"
+#endif
 #define NVIDIA_P2P_PAGE_TABLE_VERSION_COMPATIBLE(p) \
 	NVIDIA_P2P_VERSION_COMPATIBLE(p, NVIDIA_P2P_PAGE_TABLE_VERSION)
 
@@ -116,6 +162,9 @@ typedef struct nvidia_p2p_page {
  * @page_size: an enum nvidia_p2p_page_size_type value.
  * @pages:     @entries pointers, one per GPU page, in address order.
  * @gpu_uuid:  NVIDIA_P2P_GPU_UUID_LEN bytes identifying the GPU.
+ * @flags:     NVIDIA_P2P_PAGE_TABLE_FLAGS_* bits. Exists only in tables
+ *             whose major is 2 (driver 580 and later), and is declared
+ *             only with PEERMEM_NV_P2P_PAGE_TABLE_MAJOR 2.
  */
 typedef struct nvidia_p2p_page_table {
 	u32 version;
@@ -123,6 +172,9 @@ typedef struct nvidia_p2p_page_table {
 	struct nvidia_p2p_page **pages;
 	u32 entries;
 	u8 *gpu_uuid;
+#if PEERMEM_NV_P2P_PAGE_TABLE_MAJOR == 2
+	u32 flags;
+#endif
 } nvidia_p2p_page_table_t;
 
 /*
@@ -139,8 +191,18 @@ int nvidia_p2p_get_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 			 void (*free_callback)(void *data), void *data);
 
 /*
+ * flags of nvidia_p2p_get_pages_persistent(), declared by drivers from
+ * 570.86.15 on. FORCE_BAR1_MAPPING asks for BAR1 addresses on a coherent
+ * GPU; such a table cannot be mapped with nvidia_p2p_dma_map_pages().
+ * peermem always passes NVIDIA_P2P_FLAGS_DEFAULT.
+ */
+#define NVIDIA_P2P_FLAGS_DEFAULT 0
+#define NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING 1
+
+/*
  * Like nvidia_p2p_get_pages() without a free callback: the memory stays
- * until nvidia_p2p_put_pages_persistent(). flags must be 0.
+ * until nvidia_p2p_put_pages_persistent(). flags must be 0 before 570;
+ * from 570 on, bit 0 is FORCE_BAR1_MAPPING and other bits are ignored.
  */
 int nvidia_p2p_get_pages_persistent(u64 virtual_address, u64 length,
 				    struct nvidia_p2p_page_table **page_table,

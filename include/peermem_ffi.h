@@ -41,6 +41,12 @@
  */
 const char *peermem_param_peer_name(void);
 
+/* nvidia-peermem's peerdirect_support parameter (default 0). */
+int peermem_param_peerdirect_support(void);
+
+/* nvidia-peermem's persistent_api_support parameter (-1: not given). */
+int peermem_param_persistent_api_support(void);
+
 /* The enable_invalidate parameter (register the invalidating client). */
 bool peermem_param_enable_invalidate(void);
 
@@ -227,6 +233,12 @@ void peermem_debugfs_add_counter(void *dir, const char *name, const void *counte
  * *value in decimal; value must stay valid until peermem_debugfs_remove().
  */
 void peermem_debugfs_add_knob(const char *name, u32 *value);
+
+/*
+ * Add the read-only file NAME (as above) showing *value in hexadecimal
+ * (0x%08x); value must stay valid until peermem_debugfs_remove().
+ */
+void peermem_debugfs_add_hex(const char *name, u32 *value);
 
 /* msleep(ms). */
 void peermem_msleep(unsigned int ms);

@@ -62,6 +62,32 @@ module_param(mmu_notifier, bool, 0444);
 MODULE_PARM_DESC(mmu_notifier,
 		 "Revoke a registration when the registering process unmaps or moves its address range (munmap, mremap), through an mmu interval notifier, as with freed GPU memory (default Y; only with enable_invalidate=Y). N: a registration keeps serving the GPU memory it pinned whatever the address means afterwards, as nvidia-peermem does");
 
+/*
+ * NVIDIA's nvidia-peermem parameters, accepted so that a host whose
+ * /etc/modprobe.d sets them keeps loading (the drop-in takes NVIDIA's
+ * module name); rust/client/params.rs checks them and says what peermem
+ * does with each (docs/module.md).
+ */
+static int peerdirect_support;
+module_param(peerdirect_support, int, 0444);
+MODULE_PARM_DESC(peerdirect_support,
+		 "nvidia-peermem's: 0 (default) registers the invalidating client as an extended client with PEER_MEM_INVALIDATE_UNMAPS, as peermem always does; 1 asks for the MLNX_OFED 4.9 legacy client, which peermem does not provide (it logs this and registers the extended client); other values fail the load");
+
+static int persistent_api_support = -1;
+module_param(persistent_api_support, int, 0444);
+MODULE_PARM_DESC(persistent_api_support,
+		 "nvidia-peermem's: -1 (default, not set) or 0: peermem's clients as enable_invalidate and enable_nc say (nv_mem invalidating, nv_mem_nc persistent, as nvidia-peermem with 0); 1: nvidia-peermem registers only a persistent nv_mem, peermem logs that it keeps its invalidating nv_mem (load with enable_invalidate=0 for persistent pins only); other values fail the load");
+
+int peermem_param_peerdirect_support(void)
+{
+	return peerdirect_support;
+}
+
+int peermem_param_persistent_api_support(void)
+{
+	return persistent_api_support;
+}
+
 const char *peermem_param_peer_name(void)
 {
 	return peer_name;
@@ -545,6 +571,14 @@ void peermem_debugfs_add_knob(const char *name, u32 *value)
 	if (!peermem_dir)
 		return;
 	debugfs_create_u32(name, 0600, peermem_dir, value);
+}
+
+void peermem_debugfs_add_hex(const char *name, u32 *value)
+{
+	if (!peermem_dir)
+		return;
+	/* 0x%08x, read whole (a u32 load); only peermem writes the value. */
+	debugfs_create_x32(name, 0444, peermem_dir, value);
 }
 
 void peermem_msleep(unsigned int ms)

@@ -18,7 +18,8 @@
 # Checks: kernel has Rust; its headers have the Rust metadata; the kernel's
 # rustc and bindgen are installed; OFED's peer-memory core is loaded, and
 # which OFED version; the NVIDIA driver is loaded and exports
-# nvidia_p2p_get_pages; no nvidia-peermem / nv_peer_mem (conflict); peermem
+# nvidia_p2p_get_pages; its branch and page-table layout (v1.2 or v2.0), and
+# whether this peermem reads it; no nvidia-peermem / nv_peer_mem (conflict); peermem
 # loaded and registered; what NCCL, UCX and NVSHMEM will detect; DMA-BUF as
 # the alternative; Secure Boot and whether the module is signed.
 set -uo pipefail
@@ -145,6 +146,42 @@ elif [ -d "$S/module/nvidia" ]; then
 	say FAIL gpu-driver "nvidia is loaded but /proc/kallsyms has no nvidia_p2p_get_pages: a driver without GPUDirect RDMA (GeForce/consumer builds?); use a data-center driver"
 else
 	say FAIL gpu-driver "the NVIDIA driver is not loaded: modprobe nvidia (install the driver's kernel modules for $rel first)"
+fi
+
+# 6b. the page-table layout of the GPU driver's branch (issue 28): 550-575
+# hand out v1.2 tables (0x00010002), 580 and later v2.0 (0x00020000, with
+# flags). This peermem reads both; a loaded peermem without the debugfs
+# file last_pin_version is an older build that refuses v2.0 tables.
+nvver=$(rd "$S/module/nvidia/version") nvfrom=nvidia
+if [ -z "$nvver" ] && [ -z "$root" ] && [ -d "$S/module/nvidia" ]; then
+	nvver=$(modinfo -F version nvidia 2>/dev/null | head -n1)
+fi
+if [ -z "$nvver" ] && [ -d "$S/module/gpusim" ]; then
+	nvver=$(rd "$S/module/gpusim/parameters/branch") nvfrom="gpusim emulating"
+fi
+branch=${nvver%%.*}
+oldpm=''
+for m in peermem nvidia_peermem; do
+	# ours: it has the parameter enable_nc (see 7./8.).
+	if [ -e "$S/module/$m/parameters/enable_nc" ] && [ -d "$S/kernel/debug/$m" ] &&
+		[ ! -e "$S/kernel/debug/$m/last_pin_version" ]; then oldpm=$m; fi
+done
+if [[ ! $branch =~ ^[0-9]+$ ]]; then
+	if [ -d "$S/module/gpusim" ]; then
+		say INFO page-tables "gpusim does not say which driver branch it emulates (no /sys/module/gpusim/parameters/branch); peermem reads v1.2 (550-575) and v2.0 (580+) page tables"
+	else
+		say INFO page-tables "no NVIDIA driver version readable (/sys/module/nvidia/version, modinfo nvidia); peermem reads v1.2 (550-575) and v2.0 (580+) page tables"
+	fi
+elif [ "$branch" -ge 580 ]; then
+	if [ -n "$oldpm" ]; then
+		say FAIL page-tables "$nvfrom $nvver (branch $branch) hands out v2.0 page tables (0x00020000); the loaded $oldpm is an older peermem that refuses them: install this peermem (make dkms-install)"
+	else
+		say PASS page-tables "$nvfrom $nvver (branch $branch) hands out v2.0 page tables (0x00020000, with flags); this peermem reads them"
+	fi
+elif [ "$branch" -ge 550 ]; then
+	say PASS page-tables "$nvfrom $nvver (branch $branch) hands out v1.2 page tables (0x00010002); this peermem reads them"
+else
+	say WARN page-tables "$nvfrom $nvver (branch $branch) is older than 550, which peermem is not tested with; use a 550 or later data-center driver"
 fi
 
 # 7./8. who holds the peer-memory client name: nv_peer_mem, NVIDIA's

@@ -9,8 +9,8 @@ use super::range::{
 };
 use super::Registration;
 use crate::kapi::nvidia_p2p::{
-    version_compatible, MappedTable, PageTable, DMA_MAPPING_VERSION, PAGE_SIZE_64KB,
-    PAGE_TABLE_VERSION,
+    page_table_layout, version_compatible, MappedTable, PageTable, DMA_MAPPING_VERSION,
+    PAGE_SIZE_64KB, PAGE_TABLE_VERSION_V1, PAGE_TABLE_VERSION_V2,
 };
 use crate::kapi::scatterlist::SgTable;
 use kernel::prelude::*;
@@ -18,19 +18,62 @@ use kernel::prelude::*;
 /// A page table pinned for a registration.
 type Table = PageTable<Registration>;
 
-/// Why a page table or a DMA mapping is not usable.
+/// Why a page table is not usable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TableRefusal {
+    /// Its version is not one peermem reads (see [`page_table_layout`]).
+    Version(u32),
+    /// Anything else, said in words.
+    Other(&'static str),
+}
+
+/// Logs why the page table for `addr`+`len` was declined, on one line.
+pub(super) fn report_refusal(why: TableRefusal, addr: u64, len: u64) {
+    match why {
+        TableRefusal::Version(v) => pr_err!(
+            "the GPU driver's page table for {:#x}+{:#x} has version {:#010x}, which this peermem cannot read (it reads {:#010x} with later minors, drivers 550-575, and major {:#x}, drivers 580 and later); declining the range: update peermem to a release that supports this NVIDIA driver, or run a driver of those branches\n",
+            addr,
+            len,
+            v,
+            PAGE_TABLE_VERSION_V1,
+            PAGE_TABLE_VERSION_V2 >> 16
+        ),
+        TableRefusal::Other(why) => pr_err!(
+            "the GPU driver's page table for {:#x}+{:#x} is unusable: {}; declining the range (update peermem or the driver)\n",
+            addr,
+            len,
+            why
+        ),
+    }
+}
+
+/// Whether peermem reads page tables of `version` (the page-table majors
+/// 1, minor 2 on, and 2, any minor).
+pub(super) fn check_table_version(version: u32) -> core::result::Result<(), TableRefusal> {
+    match page_table_layout(version) {
+        Some(_) => Ok(()),
+        None => Err(TableRefusal::Version(version)),
+    }
+}
+
+/// Why a page table is not usable for `range`.
 pub(super) fn check_page_table(
     pt: &Table,
     range: &GpuRange,
-) -> core::result::Result<(), &'static str> {
-    if !version_compatible(pt.version(), PAGE_TABLE_VERSION) {
-        return Err("its version is incompatible with the one peermem is built for");
+) -> core::result::Result<(), TableRefusal> {
+    check_table_version(pt.version())?;
+    check_table_shape(pt).map_err(TableRefusal::Other)?;
+    if pt.entries() != range.page_count() {
+        return Err(TableRefusal::Other(
+            "its page count does not match the range",
+        ));
     }
+    Ok(())
+}
+
+fn check_table_shape(pt: &Table) -> core::result::Result<(), &'static str> {
     if pt.page_size_type() != PAGE_SIZE_64KB {
         return Err("its pages are not 64 KiB");
-    }
-    if pt.entries() != range.page_count() {
-        return Err("its page count does not match the range");
     }
     if !pt.pages_present() {
         return Err("it lacks page entries");
@@ -157,17 +200,58 @@ mod tests {
 
     #[test]
     fn p2p_versions_follow_nvidias_rule() {
-        let want = PAGE_TABLE_VERSION;
-        assert!(version_compatible(want, want));
-        // A newer minor is fine, an older one or another major is not.
-        assert!(version_compatible(want + 1, want));
-        assert!(!version_compatible(want - 1, want));
-        assert!(!version_compatible(want + 0x1_0000, want));
-        assert!(!version_compatible(want - 0x1_0000, want));
-        assert!(!version_compatible(0, want));
+        for want in [PAGE_TABLE_VERSION_V1, PAGE_TABLE_VERSION_V2] {
+            assert!(version_compatible(want, want));
+            // A newer minor is fine, an older one or another major is not.
+            assert!(version_compatible(want + 1, want));
+            assert!(!version_compatible(want + 0x1_0000, want));
+            assert!(!version_compatible(want - 0x1_0000, want));
+            assert!(!version_compatible(0, want));
+        }
+        assert!(!version_compatible(
+            PAGE_TABLE_VERSION_V1 - 1,
+            PAGE_TABLE_VERSION_V1
+        ));
+        // The two majors do not accept each other's tables.
+        assert!(!version_compatible(
+            PAGE_TABLE_VERSION_V2,
+            PAGE_TABLE_VERSION_V1
+        ));
+        assert!(!version_compatible(
+            PAGE_TABLE_VERSION_V1,
+            PAGE_TABLE_VERSION_V2
+        ));
         let dma = DMA_MAPPING_VERSION;
         assert!(version_compatible(dma, dma));
-        assert!(!version_compatible(want, dma));
+        assert!(!version_compatible(PAGE_TABLE_VERSION_V1, dma));
+    }
+
+    #[test]
+    fn page_tables_of_both_majors_are_accepted() {
+        // What the drivers hand out: 550-575 (v1.2), 580-595 (v2.0).
+        assert_eq!(PAGE_TABLE_VERSION_V1, 0x0001_0002);
+        assert_eq!(PAGE_TABLE_VERSION_V2, 0x0002_0000);
+        for v in [
+            0x0001_0002,
+            0x0001_0003,
+            0x0001_ffff,
+            0x0002_0000,
+            0x0002_0001,
+            0x0002_ffff,
+        ] {
+            assert_eq!(check_table_version(v), Ok(()));
+        }
+        // An older v1 minor, majors 0 and 3 on: refused, naming the version seen.
+        for v in [
+            0x0001_0001,
+            0x0001_0000,
+            0,
+            0x0000_0002,
+            0x0003_0000,
+            0xffff_0002,
+        ] {
+            assert_eq!(check_table_version(v), Err(TableRefusal::Version(v)));
+        }
     }
 
     #[test]

@@ -76,6 +76,77 @@ impl NameBuf {
     }
 }
 
+/// What peermem does with nvidia-peermem's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NvParam {
+    /// Nothing to say: the value means what peermem does anyway.
+    Same,
+    /// `peerdirect_support=1`: the MLNX_OFED 4.9 legacy client, which
+    /// peermem does not provide.
+    LegacyClientAsked,
+    /// `persistent_api_support=1`: nvidia-peermem's single persistent
+    /// `nv_mem`; peermem keeps its clients as `enable_*` say.
+    PersistentOnlyAsked,
+}
+
+/// Which nvidia-peermem parameter is unusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NvParamError {
+    /// `peerdirect_support` other than 0 or 1.
+    PeerdirectSupport(i32),
+    /// `persistent_api_support` other than 0 or 1 (or -1, not given).
+    PersistentApiSupport(i32),
+}
+
+/// Checks nvidia-peermem's `peerdirect_support` and
+/// `persistent_api_support` as its 595 release does (0 and 1, anything
+/// else fails the load) and says what peermem does with them.
+pub(crate) fn check_nv_params(
+    peerdirect: i32,
+    persistent: i32,
+) -> Result<[NvParam; 2], NvParamError> {
+    let a = match peerdirect {
+        0 => NvParam::Same,
+        1 => NvParam::LegacyClientAsked,
+        v => return Err(NvParamError::PeerdirectSupport(v)),
+    };
+    let b = match persistent {
+        -1 | 0 => NvParam::Same,
+        1 => NvParam::PersistentOnlyAsked,
+        v => return Err(NvParamError::PersistentApiSupport(v)),
+    };
+    Ok([a, b])
+}
+
+/// Reads nvidia-peermem's parameters; logs what peermem does with them;
+/// `EINVAL` for a value nvidia-peermem refuses too.
+fn nv_params_from_module() -> Result {
+    let (pd, pa) = (
+        module_param::peerdirect_support(),
+        module_param::persistent_api_support(),
+    );
+    match check_nv_params(pd, pa) {
+        Err(NvParamError::PeerdirectSupport(v)) => {
+            pr_err!("invalid peerdirect_support={}: nvidia-peermem's parameter takes 0 (extended client, the default) or 1 (MLNX_OFED 4.9 legacy client); fix the options line in /etc/modprobe.d or leave it out\n", v);
+            Err(EINVAL)
+        }
+        Err(NvParamError::PersistentApiSupport(v)) => {
+            pr_err!("invalid persistent_api_support={}: nvidia-peermem's parameter takes 0 or 1; fix the options line in /etc/modprobe.d or leave it out\n", v);
+            Err(EINVAL)
+        }
+        Ok(what) => {
+            for w in what {
+                match w {
+                    NvParam::Same => {}
+                    NvParam::LegacyClientAsked => pr_warn!("peerdirect_support=1 asks for nvidia-peermem's MLNX_OFED 4.9 legacy client, which peermem does not provide: it registers the extended client (PEER_MEM_INVALIDATE_UNMAPS) that MLNX_OFED 5 and later and DOCA-OFED expect; remove the parameter, and use MLNX_OFED 5 or later\n"),
+                    NvParam::PersistentOnlyAsked => pr_info!("persistent_api_support=1: nvidia-peermem would register only a persistent nv_mem; peermem keeps its clients as enable_invalidate and enable_nc say (invalidating nv_mem and persistent nv_mem_nc by default); load with enable_invalidate=0 for persistent pins only\n"),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
 /// The module's parameters, checked.
 pub(crate) struct Params {
     /// Name of the invalidating client (`peer_name`).
@@ -93,6 +164,7 @@ impl Params {
     /// Reads and checks the parameters given at load; `EINVAL` (and a
     /// message saying which and why) if one is unusable.
     pub(crate) fn from_module() -> Result<Self> {
+        nv_params_from_module()?;
         let invalidating = module_param::enable_invalidate();
         let nc = module_param::enable_nc();
         if !invalidating && !nc {
@@ -175,6 +247,30 @@ mod tests {
             Err(NameError::BadChar(0xc3))
         );
         assert_eq!(check_peer_name(b"nul\0", M), Err(NameError::BadChar(0)));
+    }
+
+    #[test]
+    fn nvidia_peermem_params_as_in_595() {
+        // Defaults (peerdirect_support=0, persistent_api_support not given).
+        assert_eq!(check_nv_params(0, -1), Ok([NvParam::Same, NvParam::Same]));
+        assert_eq!(check_nv_params(0, 0), Ok([NvParam::Same, NvParam::Same]));
+        assert_eq!(
+            check_nv_params(1, 1),
+            Ok([NvParam::LegacyClientAsked, NvParam::PersistentOnlyAsked])
+        );
+        // nvidia-peermem fails the load with -EINVAL on anything else.
+        for v in [2, -1, -2, i32::MAX, i32::MIN] {
+            assert_eq!(
+                check_nv_params(v, -1),
+                Err(NvParamError::PeerdirectSupport(v))
+            );
+        }
+        for v in [2, -2, 100, i32::MIN] {
+            assert_eq!(
+                check_nv_params(0, v),
+                Err(NvParamError::PersistentApiSupport(v))
+            );
+        }
     }
 
     #[test]

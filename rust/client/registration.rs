@@ -3,14 +3,14 @@
 //! One registration: its states, and what each callback does to it (see
 //! the module documentation of `crate::client`).
 
-use super::checks::{check_dma_mapping, check_page_table, map_pci};
+use super::checks::{check_dma_mapping, check_page_table, map_pci, report_refusal};
 use super::events;
 use super::range::{GpuRange, GPU_PAGE_SIZE};
-use super::stats::{Stats, STATS, STATS_PFN};
+use super::stats::{Stats, LAST_PIN, STATS, STATS_PFN};
 use super::{inject, Kind};
 use crate::kapi::device::DmaDevice;
 use crate::kapi::mmu_notifier::AddressWatch;
-use crate::kapi::nvidia_p2p::{self, MappedTable, PageTable};
+use crate::kapi::nvidia_p2p::{self, MappedTable, PageTable, PAGE_TABLE_FLAGS_CPU_CACHEABLE};
 use crate::kapi::object_count::ObjectCount;
 use crate::kapi::peer_mem::Ticket;
 use crate::kapi::pfnmap::{PfnMapping, PfnRuns};
@@ -305,17 +305,19 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     if let Err(why) = check_page_table(&pt, &range) {
         stats.errors.inc();
         stats.registrations_declined.inc();
-        pr_err!(
-            "the GPU driver's page table for {:#x}+{:#x} is unusable: {}; declining the range (update peermem or the driver)\n",
-            range.addr(),
-            range.len(),
-            why
-        );
+        report_refusal(why, range.addr(), range.len());
         g.phase = Phase::Pinned(Pages::Gpu(pt));
         drop(g);
         reg.stop_watch();
         reg.unpin();
         return None;
+    }
+    // The table's version and flags (v2 tables only) for debugfs; a
+    // CPU-cacheable (coherent) table is mapped like any other (docs/module.md).
+    let flags = pt.flags();
+    LAST_PIN.record(pt.version(), flags.unwrap_or(0));
+    if flags.is_some_and(|f| f & PAGE_TABLE_FLAGS_CPU_CACHEABLE != 0) {
+        stats.page_tables_cpu_cacheable.inc();
     }
     // INVARIANT: pinned for the aligned range, the callback holds `callback`.
     g.phase = Phase::Pinned(Pages::Gpu(pt));

@@ -11,7 +11,7 @@
 //! the list below, so a new counter needs no other change.
 
 use core::ffi::CStr;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// One monotonic event counter.
 ///
@@ -100,6 +100,10 @@ define_stats! {
     /// Page tables given back: put, or taken by the GPU driver's free callback.
     /// Live pins: pinned - unpinned.
     page_tables_unpinned,
+    /// Page tables pinned whose flags say CPU_CACHEABLE (a v2 table, driver
+    /// 580 or later, of a cache-coherent GPU such as Grace Hopper's): mapped
+    /// for the NIC like any other (docs/module.md), counted to show it.
+    page_tables_cpu_cacheable,
     /// GPU pages (64 KiB) pinned.
     pages_pinned,
     /// GPU pages unpinned, by `put_pages` or because the GPU memory was freed.
@@ -154,6 +158,41 @@ define_stats! {
     bar_maps_refused,
     }
 }
+
+/// The version and flags of the last page table pinned (either client),
+/// shown in hex in `/sys/kernel/debug/peermem/last_pin_version` and
+/// `last_pin_flags`: which layout the GPU driver hands out (0x00010002:
+/// 550-575, 0x00020000: 580 on) and, for a v2 table, its flags (0 for v1).
+/// Both 0 until the first pin. The two are written one after the other, so
+/// a reader racing a pin may see one of each.
+pub(crate) struct LastPin {
+    version: AtomicU32,
+    flags: AtomicU32,
+}
+
+impl LastPin {
+    const fn new() -> Self {
+        Self {
+            version: AtomicU32::new(0),
+            flags: AtomicU32::new(0),
+        }
+    }
+
+    /// Records a pinned table's version and flags.
+    pub(crate) fn record(&self, version: u32, flags: u32) {
+        self.version.store(version, Ordering::Relaxed);
+        self.flags.store(flags, Ordering::Relaxed);
+    }
+
+    /// Calls `f` with each debugfs file name and its value.
+    pub(crate) fn for_each(&'static self, mut f: impl FnMut(&'static CStr, &'static AtomicU32)) {
+        f(c"last_pin_version", &self.version);
+        f(c"last_pin_flags", &self.flags);
+    }
+}
+
+/// The last pin's page-table version and flags.
+pub(crate) static LAST_PIN: LastPin = LastPin::new();
 
 /// The counters of the invalidating client (`nv_mem`), and of what is not
 /// any one registration's (free callbacks only come for its pins).

@@ -91,6 +91,18 @@ impl Debugfs {
     }
 }
 
+impl Debugfs {
+    /// A read-only file `name` in the top directory showing `value` in hex (`0x%08x`).
+    pub(crate) fn add_hex(&self, name: &'static CStr, value: &'static AtomicU32) {
+        // SAFETY: `name` is a `'static` C string and `value` a `'static`
+        // `u32`, both outliving the directory; the file only reads it,
+        // whole (a `u32` load, as an atomic relaxed load).
+        unsafe {
+            raw::peermem_debugfs_add_hex(name.to_bytes_with_nul().as_ptr().cast(), value.as_ptr())
+        };
+    }
+}
+
 impl Drop for Debugfs {
     fn drop(&mut self) {
         // SAFETY: the directory exists (type invariant); after this call no

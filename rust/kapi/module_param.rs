@@ -39,3 +39,15 @@ pub(crate) fn mmu_notifier() -> bool {
     // SAFETY: FFI call without preconditions.
     unsafe { raw::peermem_param_mmu_notifier() }
 }
+
+/// nvidia-peermem's `peerdirect_support` parameter (default 0).
+pub(crate) fn peerdirect_support() -> i32 {
+    // SAFETY: FFI call without preconditions.
+    unsafe { raw::peermem_param_peerdirect_support() }
+}
+
+/// nvidia-peermem's `persistent_api_support` parameter (-1: not given).
+pub(crate) fn persistent_api_support() -> i32 {
+    // SAFETY: FFI call without preconditions.
+    unsafe { raw::peermem_param_persistent_api_support() }
+}

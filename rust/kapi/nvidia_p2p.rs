@@ -23,8 +23,14 @@ use kernel::{pr_err, pr_warn};
 
 /// GPU page size of the interface (`NVIDIA_P2P_PAGE_SIZE_64KB`).
 pub(crate) const PAGE_SIZE_64KB: u32 = raw::nvidia_p2p_page_size_type_NVIDIA_P2P_PAGE_SIZE_64KB;
-/// The page-table version this module is built against.
-pub(crate) const PAGE_TABLE_VERSION: u32 = raw::NVIDIA_P2P_PAGE_TABLE_VERSION;
+/// The oldest page-table version of the v1 layout peermem reads (drivers 550-575).
+pub(crate) const PAGE_TABLE_VERSION_V1: u32 = raw::NVIDIA_P2P_PAGE_TABLE_VERSION_V1;
+/// The oldest page-table version of the v2 layout peermem reads (drivers from 580 on).
+pub(crate) const PAGE_TABLE_VERSION_V2: u32 = raw::NVIDIA_P2P_PAGE_TABLE_VERSION_V2;
+/// The `flags` bit of a v2 table saying its pages are CPU-cacheable
+/// (coherent) GPU memory.
+pub(crate) const PAGE_TABLE_FLAGS_CPU_CACHEABLE: u32 =
+    raw::NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE;
 /// The DMA-mapping version this module is built against.
 pub(crate) const DMA_MAPPING_VERSION: u32 = raw::NVIDIA_P2P_DMA_MAPPING_VERSION;
 
@@ -34,6 +40,70 @@ pub(crate) fn version_compatible(have: u32, want: u32) -> bool {
     let major = |v: u32| (v & raw::NVIDIA_P2P_MAJOR_VERSION_MASK) >> 16;
     let minor = |v: u32| v & raw::NVIDIA_P2P_MINOR_VERSION_MASK;
     major(have) == major(want) && minor(have) >= minor(want)
+}
+
+/// A page-table layout peermem reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Major 1, minor at least 2 (drivers 550-575): no `flags`.
+    V1,
+    /// Major 2 (drivers from 580 on): the v1 fields, then `flags`.
+    V2,
+}
+
+/// The layout of a page table of version `version`, or `None` if peermem
+/// does not know it (another major, or a major-1 minor below 2). NVIDIA's
+/// rule ([`version_compatible`]) against each version peermem reads.
+pub(crate) fn page_table_layout(version: u32) -> Option<Layout> {
+    if version_compatible(version, PAGE_TABLE_VERSION_V2) {
+        Some(Layout::V2)
+    } else if version_compatible(version, PAGE_TABLE_VERSION_V1) {
+        Some(Layout::V1)
+    } else {
+        None
+    }
+}
+
+/// The v2 page table (`nv_p2p_abi.h`, `PEERMEM_NV_P2P_PAGE_TABLE_MAJOR`
+/// 2): the v1 table (which has no tail padding) followed by `flags`.
+#[repr(C)]
+struct PageTableV2 {
+    v1: raw::nvidia_p2p_page_table,
+    flags: u32,
+}
+
+// The header's numbers, which tests/host/abi checks against NVIDIA's 580+ layout.
+const _: () = assert!(
+    core::mem::offset_of!(PageTableV2, flags)
+        == raw::NVIDIA_P2P_PAGE_TABLE_V2_FLAGS_OFFSET as usize
+);
+const _: () =
+    assert!(core::mem::size_of::<PageTableV2>() == raw::NVIDIA_P2P_PAGE_TABLE_V2_SIZE as usize);
+
+/// The `flags` of the page table at `ptr`: `None` unless its version says
+/// it has the v2 layout. A v1 table ends where `flags` would be, so it is
+/// read only after the version.
+///
+/// # Safety
+///
+/// `ptr` points to a page table the driver handed out and has not freed.
+unsafe fn table_flags(ptr: NonNull<raw::nvidia_p2p_page_table>) -> Option<u32> {
+    // SAFETY: a live table (the caller's guarantee); `version` is at
+    // offset 0 in every layout.
+    let version = unsafe { ptr.as_ref() }.version;
+    match page_table_layout(version)? {
+        Layout::V1 => None,
+        Layout::V2 => {
+            let v2 = ptr.cast::<PageTableV2>();
+            // SAFETY: the driver allocates a table of major 2 with the v2
+            // layout (NVIDIA_P2P_PAGE_TABLE_V2_SIZE bytes, `flags` at
+            // NVIDIA_P2P_PAGE_TABLE_V2_FLAGS_OFFSET, as NVIDIA's nv-p2p.h from
+            // 580.65.06 on declares; checked by tests/host/abi), so `flags`
+            // is inside the live allocation; its offset is a multiple of 4
+            // in a table aligned for pointers.
+            Some(unsafe { ptr::addr_of!((*v2.as_ptr()).flags).read() })
+        }
+    }
 }
 
 /// What the GPU driver's free callback of a non-persistent pin calls.
@@ -158,6 +228,14 @@ impl<T: FreeCallback> PageTable<T> {
     /// The page size, an `nvidia_p2p_page_size_type` value.
     pub(crate) fn page_size_type(&self) -> u32 {
         self.table().page_size
+    }
+
+    /// The table's `flags` (`NVIDIA_P2P_PAGE_TABLE_FLAGS_*`) if its version
+    /// has them (v2, drivers from 580 on); `None` for a v1 table or an
+    /// unknown version.
+    pub(crate) fn flags(&self) -> Option<u32> {
+        // SAFETY: valid while `self` exists (type invariant).
+        unsafe { table_flags(self.ptr) }
     }
 
     /// Number of pages.
@@ -391,5 +469,61 @@ impl<T: FreeCallback> MappedTable<T> {
 impl Drop for DmaMapping {
     fn drop(&mut self) {
         pr_err!("BUG: a DMA mapping was dropped without being unmapped\n");
+    }
+}
+
+#[cfg(peermem_kunit)]
+#[::kernel::macros::kunit_tests(peermem_kapi_nvidia_p2p)]
+mod tests {
+    use super::*;
+    use kernel::alloc::{flags::GFP_KERNEL, KBox};
+
+    fn v1_table(version: u32) -> raw::nvidia_p2p_page_table {
+        raw::nvidia_p2p_page_table {
+            version,
+            page_size: PAGE_SIZE_64KB,
+            pages: ptr::null_mut(),
+            entries: 0,
+            gpu_uuid: ptr::null_mut(),
+        }
+    }
+
+    #[test]
+    fn layouts_by_version() {
+        assert_eq!(page_table_layout(0x0001_0002), Some(Layout::V1));
+        assert_eq!(page_table_layout(0x0001_0003), Some(Layout::V1));
+        assert_eq!(page_table_layout(0x0001_0001), None);
+        assert_eq!(page_table_layout(0x0002_0000), Some(Layout::V2));
+        assert_eq!(page_table_layout(0x0002_0007), Some(Layout::V2));
+        assert_eq!(page_table_layout(0x0003_0000), None);
+        assert_eq!(page_table_layout(0), None);
+    }
+
+    #[test]
+    fn flags_are_read_from_v2_tables_only() -> Result {
+        // Each table in an allocation of exactly its layout's size (as the
+        // driver makes them): reading `flags` of a v1 table would read past
+        // its 32 bytes, which KASAN reports.
+        let v1 = KBox::new(v1_table(PAGE_TABLE_VERSION_V1), GFP_KERNEL)?;
+        assert_eq!(core::mem::size_of_val(&*v1), 32);
+        // SAFETY: a live table.
+        assert_eq!(unsafe { table_flags(NonNull::from(&*v1)) }, None);
+        for flags in [0, PAGE_TABLE_FLAGS_CPU_CACHEABLE, 0x8000_0001] {
+            let v2 = KBox::new(
+                PageTableV2 {
+                    v1: v1_table(PAGE_TABLE_VERSION_V2),
+                    flags,
+                },
+                GFP_KERNEL,
+            )?;
+            let p = NonNull::from(&*v2).cast::<raw::nvidia_p2p_page_table>();
+            // SAFETY: a live table.
+            assert_eq!(unsafe { table_flags(p) }, Some(flags));
+        }
+        // An unknown major: nothing past the version is read.
+        let v3 = KBox::new(v1_table(0x0003_0000), GFP_KERNEL)?;
+        // SAFETY: a live table.
+        assert_eq!(unsafe { table_flags(NonNull::from(&*v3)) }, None);
+        Ok(())
     }
 }

@@ -22,6 +22,23 @@ struct thr_reg {
 	int err;
 };
 
+/* A hex debugfs file of peermem (0x%08x); -1 if unreadable. */
+static long long pm_hex(const char *name)
+{
+	unsigned long long v;
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), PMDBG "%s", name);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%llx", &v) != 1)
+		v = (unsigned long long)-1;
+	fclose(f);
+	return (long long)v;
+}
+
 static void *thr_reg(void *arg)
 {
 	struct thr_reg *r = arg;
@@ -98,6 +115,22 @@ int main(void)
 	ok(gs("live_pins") == 1 && gs("calls/get_pages") == 1,
 	   "one nvidia_p2p_get_pages for the whole registration (gpusim: %lld call(s), %lld pin(s))",
 	   gs("calls/get_pages"), gs("live_pins"));
+	/*
+	 * The pin's page-table version and flags (issue 28): a layout peermem
+	 * reads, v1.2 from 550-575 (no flags: 0) or v2.0 from 580 on; a
+	 * CPU_CACHEABLE v2 table is counted.
+	 */
+	{
+		long long ver = pm_hex("last_pin_version"), fl = pm_hex("last_pin_flags");
+		int v1 = (ver >> 16) == 1 && (ver & 0xffff) >= 2, v2 = (ver >> 16) == 2;
+
+		ok((v1 && fl == 0) || (v2 && fl >= 0),
+		   "debugfs: last_pin_version %#llx is a known layout, last_pin_flags %#llx (0 for a v1 table)",
+		   ver, fl);
+		ok(pm("page_tables_cpu_cacheable") == (v2 && (fl & 1) ? 1 : 0),
+		   "debugfs: page_tables_cpu_cacheable %lld matches the pin's CPU_CACHEABLE bit",
+		   pm("page_tables_cpu_cacheable"));
+	}
 	ok(gs("live_dma_mappings") == 1 && gs("calls/dma_map_pages") == 1,
 	   "mapped for rxe's PCI device with one nvidia_p2p_dma_map_pages (gpusim: %lld call(s), %lld live mapping(s))",
 	   gs("calls/dma_map_pages"), gs("live_dma_mappings"));

@@ -356,7 +356,7 @@ def macro_args(params, ptrs):
     return points
 
 
-def build_checks(label, ref, ours, kinds):
+def build_checks(label, ref, ours, kinds, allowed=None):
     checks = []
     missing = [n for n in REQUIRED.get(label, []) if n not in ref.plain_names()]
     c = Check("%s: reference declares the core ABI names (%d found in it)" % (label, len(ref.names())))
@@ -446,12 +446,95 @@ def build_checks(label, ref, ours, kinds):
             c.problems.append("ours does not define macro %s" % n)
         checks.append(c)
 
-    c = Check("%s: our header declares no names the reference lacks" % label)
-    extra = sorted(ours.names() - ref.names())
+    if allowed:
+        c = Check("%s: every name our header declares beyond the reference is pinned by %s"
+                  % (label, allowed[0]))
+    else:
+        c = Check("%s: our header declares no names the reference lacks" % label)
+    extra = sorted(n for n in ours.names() - ref.names()
+                   if not (allowed and n.split(" ", 1)[1] in allowed[1]))
     if extra:
         c.problems.append("extra in ours: " + ", ".join(extra))
     checks.append(c)
     return checks
+
+
+# ----------------------------------------------------- facts of newer drivers
+
+# The macro our header reads to declare the page-table layout of a major
+# (include/nv_p2p_abi.h); set per tag from that tag's version fact.
+LAYOUT_SELECTOR = "PEERMEM_NV_P2P_PAGE_TABLE_MAJOR"
+IDENT = re.compile(r"[A-Za-z_]\w*")
+C_WORDS = {"sizeof", "offsetof", "_Alignof", "struct", "union", "enum"}
+
+
+def read_newer(path):
+    """Rows (line, tag, item, value, ours) of the facts file, and the layout
+    (page-table major) of each tag."""
+    rows = []
+    try:
+        lines = open(path).read().splitlines()
+    except OSError as e:
+        raise SetupError("cannot read %s: %s" % (path, e))
+    for n, l in enumerate(lines, 1):
+        if not l.strip() or l.startswith("#"):
+            continue
+        f = l.split("\t")
+        if len(f) not in (3, 4) or not all(x.strip() for x in f):
+            raise SetupError("%s:%d: expected tag, item, value[, ours] separated by tabs" % (path, n))
+        try:
+            val = int(f[2], 0)
+        except ValueError:
+            raise SetupError("%s:%d: value %r is not an integer" % (path, n, f[2]))
+        if not re.match(r"^\d+\.\d+(\.\d+)?$", f[0]):
+            raise SetupError("%s:%d: tag %r is not a driver version" % (path, n, f[0]))
+        rows.append((n, f[0], f[1].strip(), val, f[3].strip() if len(f) == 4 else None))
+    if len(rows) < 10:
+        raise SetupError("%s holds %d facts; expected the 550..595 page-table facts" % (path, len(rows)))
+    layout = {}
+    for n, tag, item, val, ours in rows:
+        if item == "NVIDIA_P2P_PAGE_TABLE_VERSION" and ours is None:
+            layout[tag] = val >> 16
+    for n, tag, item, val, ours in rows:
+        if tag not in layout:
+            raise SetupError("%s: tag %s has no NVIDIA_P2P_PAGE_TABLE_VERSION row (it fixes the layout "
+                             "our header is compiled with)" % (path, tag))
+    return rows, layout
+
+
+def newer_names(rows):
+    """Every identifier the facts mention: the names our header may declare
+    beyond the 550 reference (plus the layout selector)."""
+    names = {LAYOUT_SELECTOR}
+    for n, tag, item, val, ours in rows:
+        for e in (item, ours or ""):
+            names.update(w for w in IDENT.findall(e) if w not in C_WORDS)
+    return names
+
+
+def newer_checks(kcmd, kdir, header, path, rows, layout, work):
+    """Each fact evaluated on our header compiled for its tag's layout."""
+    results = []
+    for major in sorted(set(layout.values())):
+        checks, vals = [], {}
+        for n, tag, item, val, ours in rows:
+            if layout[tag] != major:
+                continue
+            expr = (ours or item).replace("offsetof(", "__builtin_offsetof(")
+            c = Check("nv_p2p %s (%s:%d, page-table major %d): %s == %#x%s"
+                      % (tag, os.path.basename(path), n, major, item, val,
+                         " as our %s" % ours if ours else ""))
+            c.values = ["(%s)" % expr]
+            c.ids = [len(vals)]
+            vals[len(vals)] = val & 0xffffffffffffffff
+            checks.append(c)
+        errs, unattributed = ours_probe(kcmd + ["-D%s=%d" % (LAYOUT_SELECTOR, major)], kdir,
+                                        header, checks, vals, work, "newer-%d" % major)
+        for i, c in enumerate(checks):
+            results.append((i not in errs, c.desc, errs.get(i, [])))
+        results.append((not unattributed, "nv_p2p: our header compiled with %s=%d has no stray diagnostics"
+                        % (LAYOUT_SELECTOR, major), unattributed[:20]))
+    return results
 
 
 # --------------------------------------------------------------------- probes
@@ -640,6 +723,8 @@ def main():
     ap.add_argument("--stubs", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--pair", nargs=3, action="append", metavar=("LABEL", "REF", "OURS"), required=True)
+    ap.add_argument("--newer", help="facts of newer nv-p2p.h versions (nv_p2p_newer.tsv), checked "
+                    "against the nv_p2p pair's header; names they mention may be extra in it")
     ap.add_argument("--uapi", nargs=3, action="append", default=[], metavar=("LABEL", "HEADER", "LAYOUT"),
                     help="a user-space header and a C file of static asserts fixing its layout")
     a = ap.parse_args()
@@ -652,7 +737,10 @@ def main():
     a.clang = a.clang or kcmd[0]
     a.kdir = kcwd
     results = []   # (ok, desc, diag lines)
+    newer = None
     try:
+        if a.newer:
+            newer = read_newer(a.newer)
         for label, refh, oursh in a.pair:
             for h in (refh, oursh):
                 if not os.path.isfile(h):
@@ -663,7 +751,10 @@ def main():
             results.append((ok, "%s: %s compiles alone under the kernel's flags without diagnostics"
                             % (label, os.path.basename(oursh)), out.splitlines()[:20]))
             kinds = pointer_params(a.clang, a.stubs, refh, ref, a.work)
-            checks = build_checks(label, ref, ours, kinds)
+            allowed = None
+            if label == "nv_p2p" and newer is not None:
+                allowed = (os.path.basename(a.newer), newer_names(newer[0]))
+            checks = build_checks(label, ref, ours, kinds, allowed)
             vals = ref_probe(kcmd, a.kdir, refh, checks, a.work, label)
             errs, unattributed = ours_probe(kcmd, a.kdir, oursh, checks, vals, a.work, label)
             for i, c in enumerate(checks):
@@ -671,6 +762,8 @@ def main():
                 results.append((not diag, c.desc, diag))
             results.append((not unattributed, "%s: probe of our header has no stray diagnostics" % label,
                             unattributed[:20]))
+            if label == "nv_p2p" and newer is not None:
+                results.extend(newer_checks(kcmd, a.kdir, oursh, a.newer, newer[0], newer[1], a.work))
         for label, header, layout in a.uapi:
             results.extend(uapi_checks(kcmd, a.kdir, label, header, layout, a.work))
     except SetupError as e:

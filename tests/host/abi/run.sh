@@ -8,6 +8,10 @@
 # And include/uapi/peermem.h (/dev/peermem's records and page): it compiles
 # alone under the kernel's flags, and tests/host/abi/uapi_layout.c's static
 # asserts (every size, offset and number of version 1) hold for user space.
+# And what newer drivers (570..595) changed in nv-p2p.h, recorded once as
+# facts in tests/host/abi/nv_p2p_newer.tsv: each is checked against
+# include/nv_p2p_abi.h (compiled for that driver's page-table layout), and
+# the names our header has beyond the 550 reference must be among them.
 # Prints TAP; exits non-zero on any failure.
 #
 #   tests/host/abi/run.sh            # KDIR from scripts/kernel.sh --print-kdir
@@ -16,7 +20,8 @@
 # Environment: KDIR (a built kernel tree), NV_REF_VERSION (upstream version
 # of the reference package, default 550.163.01), PEERMEM_CACHE,
 # ABI_INCLUDE_DIR (where our two headers are, default include/: point it at
-# a modified copy to see the test catch a change without touching the tree).
+# a modified copy to see the test catch a change without touching the tree),
+# ABI_NEWER_FACTS (the facts file, default tests/host/abi/nv_p2p_newer.tsv).
 # The reference package is downloaded with apt-get into $PEERMEM_CACHE/debs
 # if it is not there yet; its headers are extracted under $PEERMEM_CACHE/src.
 set -uo pipefail
@@ -89,4 +94,5 @@ trap 'rm -rf "$work"' EXIT
 python3 "$here/abicheck.py" --kdir "$KDIR" --kbuild-cmd "$cmdfile" --stubs "$here/stubs" --work "$work" \
 	--pair peer_mem "$peer_mem_h" "$ABI_INCLUDE_DIR/peer_mem_abi.h" \
 	--pair nv_p2p "$nv_p2p_h" "$ABI_INCLUDE_DIR/nv_p2p_abi.h" \
+	--newer "${ABI_NEWER_FACTS:-$here/nv_p2p_newer.tsv}" \
 	--uapi peermem_uapi "$ABI_INCLUDE_DIR/uapi/peermem.h" "$here/uapi_layout.c"

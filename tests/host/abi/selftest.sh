@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Self-test of the ABI fidelity test: copies our two headers, breaks them in
+# Self-test of the ABI fidelity test: copies our two headers and the facts
+# of newer drivers (nv_p2p_newer.tsv), breaks them in
 # one way at a time, and checks that tests/host/abi/run.sh then fails with
 # the expected item reported "not ok" (and passes on the unmodified copy).
 # Prints TAP. Takes about 2 s per mutation when the caches are warm.
@@ -23,7 +24,12 @@ mutations=(
 "const dropped from a prototype|peer_mem_abi.h|s/^void \*ib_register_peer_memory_client(const struct/void *ib_register_peer_memory_client(struct/|function ib_register_peer_memory_client"
 "return type of a prototype changed|nv_p2p_abi.h|s/^int nvidia_p2p_put_pages(/long nvidia_p2p_put_pages(/|function nvidia_p2p_put_pages$"
 "prototype removed|nv_p2p_abi.h|/^int nvidia_p2p_free_dma_mapping(/d|function nvidia_p2p_free_dma_mapping"
-"extra declaration added|nv_p2p_abi.h|s/^int nvidia_p2p_destroy_mapping(u64 p2p_token);/&\nint nvidia_p2p_extra(void);/|declares no names the reference lacks"
+"extra declaration added|nv_p2p_abi.h|s/^int nvidia_p2p_destroy_mapping(u64 p2p_token);/&\nint nvidia_p2p_extra(void);/|declares beyond the reference is pinned by"
+"580 flag value changed|nv_p2p_abi.h|s/^#define NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE 0x1/#define NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE 0x2/|580.65.06 .*NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE == 0x1"
+"580 flags field dropped from the v2 layout|nv_p2p_abi.h|/^typedef struct nvidia_p2p_page_table {/,/^}/{/^\tu32 flags;/d}|595.45.04 .*offsetof\(struct nvidia_p2p_page_table, flags\)"
+"v2 flags offset constant changed|nv_p2p_abi.h|s/^#define NVIDIA_P2P_PAGE_TABLE_V2_FLAGS_OFFSET 32/#define NVIDIA_P2P_PAGE_TABLE_V2_FLAGS_OFFSET 36/|as our NVIDIA_P2P_PAGE_TABLE_V2_FLAGS_OFFSET"
+"v2 version word changed|nv_p2p_abi.h|s/^#define NVIDIA_P2P_PAGE_TABLE_VERSION 0x00020000/#define NVIDIA_P2P_PAGE_TABLE_VERSION 0x00020001/|595.45.04 .*: NVIDIA_P2P_PAGE_TABLE_VERSION == 0x20000$"
+"a recorded fact changed|nv_p2p_newer.tsv|s/^595.45.04\tsizeof(struct nvidia_p2p_page_table)\t40/595.45.04\tsizeof(struct nvidia_p2p_page_table)\t32/|595.45.04 .*sizeof\(struct nvidia_p2p_page_table\) == 0x20"
 "version constant changed|nv_p2p_abi.h|s/^#define NVIDIA_P2P_DMA_MAPPING_VERSION 0x00020003/#define NVIDIA_P2P_DMA_MAPPING_VERSION 0x00020002/|macro NVIDIA_P2P_DMA_MAPPING_VERSION:"
 "constant type widened|nv_p2p_abi.h|s/^#define NVIDIA_P2P_MAJOR_VERSION_MASK 0xffff0000/&UL/|macro NVIDIA_P2P_MAJOR_VERSION_MASK:"
 "compatibility macro logic changed|nv_p2p_abi.h|s/ >= NVIDIA_P2P_MINOR_VERSION(v)))/ > NVIDIA_P2P_MINOR_VERSION(v)))/|macro NVIDIA_P2P_VERSION_COMPATIBLE\("
@@ -36,7 +42,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/peermem-abi-self.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "1..$(( ${#mutations[@]} + 1 ))"
 n=1 failed=0
-cp "$inc/peer_mem_abi.h" "$inc/nv_p2p_abi.h" "$work/"
+cp "$inc/peer_mem_abi.h" "$inc/nv_p2p_abi.h" "$here/nv_p2p_newer.tsv" "$work/"
+mkdir -p "$work/uapi" && cp "$inc/uapi/peermem.h" "$work/uapi/"
+export ABI_NEWER_FACTS=$work/nv_p2p_newer.tsv
 if ABI_INCLUDE_DIR=$work "$here/run.sh" >"$work/out" 2>&1; then
 	echo "ok $n - unmodified headers pass ($(grep -c '^ok' "$work/out") checks)"
 else
@@ -45,9 +53,11 @@ fi
 for m in "${mutations[@]}"; do
 	n=$((n + 1))
 	IFS='|' read -r desc file prog expect <<<"$m"
-	cp "$inc/peer_mem_abi.h" "$inc/nv_p2p_abi.h" "$work/"
+	cp "$inc/peer_mem_abi.h" "$inc/nv_p2p_abi.h" "$here/nv_p2p_newer.tsv" "$work/"
 	sed -i "$prog" "$work/$file"
-	if cmp -s "$work/$file" "$inc/$file"; then
+	orig=$inc/$file
+	[ "$file" = nv_p2p_newer.tsv ] && orig=$here/$file
+	if cmp -s "$work/$file" "$orig"; then
 		echo "not ok $n - caught: $desc # the mutation no longer applies to $file; update selftest.sh"
 		failed=1; continue
 	fi

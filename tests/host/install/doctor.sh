@@ -36,6 +36,7 @@ good() {
 	echo 5 >"$r/sys/kernel/debug/nvidia_peermem/registrations_acquired"
 	echo 3 >"$r/sys/kernel/debug/nvidia_peermem/registrations_released"
 	echo 0 >"$r/sys/kernel/debug/nvidia_peermem/errors"
+	echo 0x00020000 >"$r/sys/kernel/debug/nvidia_peermem/last_pin_version"
 	printf '\x07\x00\x00\x00\x00' >"$r/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 	printf 'static const char v[] __attribute__((section(".modinfo"),used)) = "version=0.2.0";\n' >"$scratch/dm.c"
 	cc -c -o "$r/lib/modules/$drel/updates/dkms/nvidia_peermem.ko" "$scratch/dm.c"
@@ -46,8 +47,8 @@ rundoc() { dout=$(PATH="$bin:$PATH" bash "$doc" --root "$dr" 2>&1); drc=$?; }
 line() { grep -E "^[A-Z]+ +$1: " <<<"$dout"; }
 
 good "$dr"; rundoc
-if [ "$drc" = 0 ] && ! grep -qE '^(FAIL|WARN)' <<<"$dout" && [ "$(grep -c '^PASS' <<<"$dout")" = 13 ]; then
-	ok "doctor: a good set-up passes all 13 checks (exit 0)"
+if [ "$drc" = 0 ] && ! grep -qE '^(FAIL|WARN)' <<<"$dout" && [ "$(grep -c '^PASS' <<<"$dout")" = 14 ]; then
+	ok "doctor: a good set-up passes all 14 checks (exit 0)"
 else
 	notok "doctor: good set-up (exit $drc)"; printf "%s\n" "$dout" | sed "s/^/#   /"
 fi
@@ -91,6 +92,20 @@ broken stack-NCCL WARN 'GPU Direct RDMA Disabled' "peermem (not the drop-in) on 
 broken stack-UCX WARN 'GPUDirect RDMA disabled' "... UCX" <<<"mv sys/module/nvidia_peermem sys/module/peermem"
 broken stack-NVSHMEM WARN 'GPUDirect RDMA disabled' "... NVSHMEM" <<<"mv sys/module/nvidia_peermem sys/module/peermem"
 broken secure-boot FAIL 'unsigned: /lib/modules/.*/nvidia_peermem.ko will not load' "Secure Boot on and the module unsigned" <<<"printf '\\x07\\x00\\x00\\x00\\x01' >sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+broken page-tables FAIL 'older peermem that refuses them' "a 595 driver with an older peermem (no last_pin_version)" <<<"echo 595.45.04 >sys/module/nvidia/version; rm sys/kernel/debug/nvidia_peermem/last_pin_version"
+broken page-tables WARN 'older than 550' "a 535 driver" <<<"echo 535.274.02 >sys/module/nvidia/version"
+# pt VERSION-FIXTURES... REGEX DESC: the page-tables line for a set-up.
+pt() {
+	local re=$2 desc=$3
+	good "$dr"; (cd "$dr" && bash -e <<<"$1"); rundoc
+	local l; l=$(line page-tables)
+	if grep -qE -- "$re" <<<"$l" && [ "$drc" = 0 ]; then ok "doctor: $desc -> $l"
+	else notok "doctor: $desc: want /$re/, got '$l' (exit $drc)"; fi
+}
+pt "echo 550.163.01 >sys/module/nvidia/version" '^PASS .*nvidia 550.163.01 \(branch 550\) hands out v1.2 page tables \(0x00010002\); this peermem reads them' "a 550 driver"
+pt "echo 595.45.04 >sys/module/nvidia/version" '^PASS .*nvidia 595.45.04 \(branch 595\) hands out v2.0 page tables \(0x00020000, with flags\); this peermem reads them' "a 595 driver"
+pt "rm -r sys/module/nvidia; mkdir -p sys/module/gpusim/parameters; echo 595.45.04 >sys/module/gpusim/parameters/branch" '^PASS .*gpusim emulating 595.45.04 \(branch 595\) hands out v2.0' "gpusim emulating 595"
+pt "rm -r sys/module/nvidia; mkdir -p sys/module/gpusim" '^INFO .*gpusim does not say which driver branch' "gpusim without a branch parameter"
 good "$dr"
 echo 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05' >"$dr/proc/driver/nvidia/version"; rundoc
 a=$(line dma-buf); good "$dr"; rundoc; b=$(line dma-buf)
