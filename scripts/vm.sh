@@ -45,8 +45,9 @@ bad() { printf 'peermem: error: %s\n' "$*" >&2; exit 2; }
 
 kdir= test_timeout=300 total_timeout= accel=${PEERMEM_VM_ACCEL:-auto} mem=2G smp=2
 # What the guest's calibration loop takes on an idle 2-core machine under TCG
-# (tests/vm/guest-init.sh): test limits scale by how much slower a run is.
-cal_ref_ms=${PEERMEM_CAL_REF_MS:-0}
+# (tests/vm/guest-init.sh; 2333 ms measured 2026-11-25 on a 2-core machine
+# with little else running): test limits scale by how much slower a run is.
+cal_ref_ms=${PEERMEM_CAL_REF_MS:-2300}
 kmemleak=1 verbose=0 keep=0 cmd= have_cmd=0
 tests=() envs=() extra_append=
 need_arg() { [ $# -ge 2 ] && [ -n "$2" ] || bad "option $1 needs a value (see scripts/vm.sh --help)"; }
@@ -161,7 +162,7 @@ fi
 
 # --- the run directory (the writable share) ----------------------------------
 runs=$PEERMEM_CACHE/vm-runs
-mkdir -p "$runs" || bad "cannot create $runs"
+mkdir -p "$runs" "$PEERMEM_CACHE/logs" || bad "cannot create $runs"
 # Keep the last few runs for post-mortems.
 ls -1dt "$runs"/run.* 2>/dev/null | tail -n +25 | xargs -r rm -rf
 res=$(mktemp -d "$runs/run.$(date +%Y%m%d-%H%M%S).XXXX")
@@ -297,6 +298,13 @@ while IFS= read -r line; do
 	*"peermem-vm: begin test "*)
 		[[ $line =~ begin\ test\ ([0-9]+) ]] && cur=${BASH_REMATCH[1]} ;;
 	*"peermem-vm: end test "*)
+		if [[ $line =~ end\ test\ ([0-9]+):.*\ ms=([0-9]+) ]]; then
+			# Each test's time, for the run's log and for run-all's split of
+			# the suite over VMs (the newest line of a label counts).
+			printf '%s\t%s\t%s\n' "${labels[$((BASH_REMATCH[1] - 1))]}" "$((BASH_REMATCH[2] / 1000))" \
+				"$(date +%F)" >> "$PEERMEM_CACHE/logs/vm-test-times.tsv"
+			[ "$have_cmd" = 1 ] || printf '# %s took %ss\n' "${labels[$((BASH_REMATCH[1] - 1))]}" "$((BASH_REMATCH[2] / 1000))"
+		fi
 		[[ $line =~ end\ test\ ([0-9]+) ]] && emit_test "${BASH_REMATCH[1]}" ;;
 	*"peermem-vm: done"*) done_marker=1 ;;
 	*"peermem-vm: FATAL"*) printf '# %s\n' "${line#*peermem-vm: }" ;;

@@ -14,7 +14,8 @@
 #   -v            stream the guest console (scripts/vm.sh -v)
 #
 # PEERMEM_RM_LOCK_RUN=1 also runs the peermem and e2e areas with gpusim's RM
-# lock (GPUSIM_RM_LOCK=1, docs/gpusim.md), in a second VM boot.
+# lock (GPUSIM_RM_LOCK=1, docs/gpusim.md), in a VM boot of their own.
+# PEERMEM_VM_SLOTS=N runs the guest suite's VM boots N at a time (default 2).
 #
 # Every test prints TAP; every `ok`/`not ok` line is counted, `ok ... # SKIP`
 # as skipped. Each build step is one result too, so a broken build is a
@@ -134,7 +135,15 @@ for t in tests/host/*/run.sh; do
 	KDIR=$kdir run_tap "host/$area" bash "$t"
 done
 
-# --- guest tests, one VM boot ------------------------------------------------
+# --- guest tests: VM jobs on parallel slots ----------------------------------
+# The guest suite runs as a few VM jobs (each one boot of scripts/vm.sh) on
+# PEERMEM_VM_SLOTS slots at once (default 2). A rig guest keeps about half of
+# a 2-core machine busy (it waits on RCU, timers, rxe's tasklets), so two
+# boots side by side finish the suite sooner; test limits follow each guest's
+# measured slowdown (tests/vm/guest-init.sh). The tests are dealt to the
+# slots longest first by their last recorded time ($PEERMEM_CACHE/logs/
+# vm-test-times.tsv, written by scripts/vm.sh; 20 s for a test never timed).
+# A job's TAP is printed whole when the job ends, in job order.
 gtests=()
 if wanted vm; then for t in tests/vm/t_*; do [ -f "$t" ] && [ -x "$t" ] && gtests+=("$t"); done; fi
 for d in tests/guest/*/; do
@@ -142,39 +151,90 @@ for d in tests/guest/*/; do
 	wanted "$(basename "$d")" || continue
 	for t in "$d"t_*; do [ -f "$t" ] && [ -x "$t" ] && gtests+=("$t"); done
 done
+slots=${PEERMEM_VM_SLOTS:-2}
+[[ $slots =~ ^[1-8]$ ]] || pm_die "PEERMEM_VM_SLOTS=$slots: want 1 to 8"
+times=$PEERMEM_CACHE/logs/vm-test-times.tsv
+est() { # est TEST: its last recorded time in seconds (20 if none)
+	local l=${1#tests/}; l=${l%%/}
+	awk -F'\t' -v l="$l" '$1 == l { t = $2 } END { print (t == "" ? 20 : t) }' "$times" 2>/dev/null || echo 20
+}
+# Each job: "SLOT<TAB>DESCRIPTION<TAB>ENV (space-separated)<TAB>TESTS (space-separated)".
+jobs=() load=()
+for ((i = 0; i < slots; i++)); do load[i]=0; done
+lightest() { local i b=0; for ((i = 1; i < slots; i++)); do [ "${load[i]}" -lt "${load[b]}" ] && b=$i; done; echo "$b"; }
+# add_job DESC ENV TESTS...: one boot of its own, on the lightest slot.
+add_job() {
+	local desc=$1 env=$2 t sum=0 b; shift 2
+	for t in "$@"; do sum=$((sum + $(est "$t"))); done
+	b=$(lightest); load[b]=$((load[b] + sum + 40))
+	jobs+=("$b"$'\t'"$desc"$'\t'"$env"$'\t'"$*")
+}
 if [ ${#gtests[@]} -gt 0 ]; then
-	pm_stage "run-all: guest tests (${#gtests[@]} in one VM boot)"
-	if [ -n "$kdir" ]; then
-		run_tap "guest tests (scripts/vm.sh)" scripts/vm.sh --kdir "$kdir" "${verbose[@]}" -- "${gtests[@]}"
-	else
-		result fail "guest tests not run: no rig kernel"
-	fi
+	# Deal the suite's tests to one job per slot, longest first.
+	declare -A part=()
+	sorted=$(for t in "${gtests[@]}"; do printf '%s %s\n' "$(est "$t")" "$t"; done | sort -k1,1nr -k2)
+	dealt=()
+	for ((i = 0; i < slots; i++)); do dealt[i]=0; done
+	while read -r w t; do
+		b=0; for ((i = 1; i < slots; i++)); do [ "${dealt[i]}" -lt "${dealt[b]}" ] && b=$i; done
+		dealt[b]=$((dealt[b] + w)); part[$b]+="$t "
+	done <<<"$sorted"
+	for ((i = 0; i < slots; i++)); do
+		[ -n "${part[$i]:-}" ] || continue
+		# Keep each job's tests in the suite's order (area, then name).
+		read -ra ts <<<"$(tr ' ' '\n' <<<"${part[$i]}" | grep . | sort | tr '\n' ' ')"
+		add_job "guest tests, part $((i + 1)) of $slots (scripts/vm.sh)" "" "${ts[@]}"
+	done
 fi
 
-# --- peermem and e2e again with gpusim's RM lock ----------------------------
-# gpusim's RM lock (docs/gpusim.md, "The resource manager's lock") is off by
-# default in these areas: with it lockdep reports the core's umem mapping lock
-# (held across the client's dma_map, so across nvidia_p2p_dma_map_pages, and
-# taken by invalidate from the free callback: a cycle with every invalidating
-# client, nvidia-peermem included, as in OFED), and t_peermem_free's
-# register-versus-free race deadlocks (docs/module.md, "Locking"). peermem's
-# registration mutex is out of it (tests/host/rmlock); a free callback waits
-# for its Mapping phase, its share of the core's cycle. PEERMEM_RM_LOCK_RUN=1 runs the
-# areas once more with it (one more VM boot; expect that report).
+# peermem and e2e again with gpusim's RM lock (PEERMEM_RM_LOCK_RUN=1; see
+# docs/gpusim.md, "The resource manager's lock"): one more job.
 if [ "${PEERMEM_RM_LOCK_RUN:-0}" = 1 ]; then
 	rtests=()
 	for a in peermem e2e; do
 		wanted "$a" || continue
 		for t in tests/guest/$a/t_*; do [ -f "$t" ] && [ -x "$t" ] && rtests+=("$t"); done
 	done
-	if [ ${#rtests[@]} -gt 0 ]; then
-		pm_stage "run-all: peermem and e2e with gpusim's RM lock (${#rtests[@]} in one VM boot)"
-		if [ -n "$kdir" ]; then
-			run_tap "guest tests with GPUSIM_RM_LOCK=1 (scripts/vm.sh)" \
-				scripts/vm.sh --kdir "$kdir" "${verbose[@]}" --env GPUSIM_RM_LOCK=1 -- "${rtests[@]}"
-		else
-			result fail "guest tests with GPUSIM_RM_LOCK=1 not run: no rig kernel"
-		fi
+	[ ${#rtests[@]} -gt 0 ] && add_job "guest tests with GPUSIM_RM_LOCK=1 (scripts/vm.sh)" "GPUSIM_RM_LOCK=1" "${rtests[@]}"
+fi
+
+if [ ${#jobs[@]} -gt 0 ]; then
+	if [ -z "$kdir" ]; then
+		result fail "guest tests not run: no rig kernel"
+	else
+		pm_stage "run-all: guest tests (${#gtests[@]} programs; ${#jobs[@]} VM job(s) on $slots slot(s))"
+		jdir=$(mktemp -d "$logs/vm-jobs.XXXXXX")
+		# The slots share this run's hold on the VM lock: no other run's
+		# VM joins them (scripts/vm.sh, PEERMEM_VM_PARALLEL).
+		exec 8>>"$PEERMEM_CACHE/vm.lock"
+		if ! flock -n 8; then pm_log "run-all: another VM run is going on; waiting for it"; flock 8; fi
+		for ((i = 0; i < slots; i++)); do
+			(
+				for ((j = 0; j < ${#jobs[@]}; j++)); do
+					IFS=$'\t' read -r sl desc env ts <<<"${jobs[j]}"
+					[ "$sl" = "$i" ] || continue
+					eargs=(); for e in $env; do eargs+=(--env "$e"); done
+					read -ra tl <<<"$ts"
+					pm_log "run-all: slot $((i + 1)): $desc: ${#tl[@]} programs"
+					PEERMEM_VM_PARALLEL=1 scripts/vm.sh --kdir "$kdir" "${verbose[@]}" "${eargs[@]}" -- "${tl[@]}" \
+						>"$jdir/$j.out" 2>"$jdir/$j.err"
+					echo $? >"$jdir/$j.rc"
+					pm_log "run-all: slot $((i + 1)): $desc: done (exit $(cat "$jdir/$j.rc"))"
+				done
+			) &
+		done
+		wait
+		exec 8>&-
+		for ((j = 0; j < ${#jobs[@]}; j++)); do
+			IFS=$'\t' read -r sl desc env ts <<<"${jobs[j]}"
+			echo "# $desc"
+			cat "$jdir/$j.out"; sed 's/^/# /' "$jdir/$j.err" | grep -E 'vm: (guest up|booting|FAILED)' || true
+			count "$jdir/$j.out"
+			rc=$(cat "$jdir/$j.rc" 2>/dev/null || echo '?')
+			if [ "$rc" != 0 ] && ! grep -qE '^not ok\b' "$jdir/$j.out"; then result fail "$desc exited with status $rc"; fi
+			if ! grep -qE '^(not )?ok\b' "$jdir/$j.out"; then result fail "$desc printed no TAP result"; fi
+		done
+		rm -rf "$jdir"
 	fi
 fi
 
