@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch, configure, patch and build the rig kernel; print its build dir (KDIR).
 #
-#   scripts/kernel.sh [--variant debug|plain] [--kver 7.3|6.12] [--prepare-only] [--print-kdir]
+#   scripts/kernel.sh [--variant debug|plain|NAME] [--kver 7.3|6.12] [--prepare-only] [--print-kdir]
 #
 # --prepare-only stops after `make modules_prepare` (which, with CONFIG_RUST,
 # also builds the Rust crates an out-of-tree Rust module compiles against)
@@ -30,14 +30,23 @@ while [ $# -gt 0 ]; do
 	--kver) RIG_KVER=$2; shift 2 ;;
 	--print-kdir) print_only=1; shift ;;
 	--prepare-only) prepare_only=1; shift ;;
-	*) pm_die "unknown argument '$1'; usage: scripts/kernel.sh [--variant debug|plain] [--kver 7.3|6.12] [--prepare-only] [--print-kdir]" ;;
+	*) pm_die "unknown argument '$1'; usage: scripts/kernel.sh [--variant debug|plain|NAME] [--kver 7.3|6.12] [--prepare-only] [--print-kdir]" ;;
 	esac
 done
-case "$variant" in debug|plain) ;; *) pm_die "unknown variant '$variant'; use debug or plain" ;; esac
+# debug (the rig's: KASAN, lockdep, kmemleak, DMA-API debug, fault
+# injection), plain (no debug options: benchmarks, the 6.12 build check), or
+# NAME for tests/rig/variant-NAME.config on top of the base (kernel variants
+# built and run on request, never by CI: tests/run-all.sh --variant NAME).
+case "$variant" in
+debug|plain) ;;
+*) [[ $variant =~ ^[a-z0-9-]+$ ]] && [ -f "$PEERMEM_ROOT/tests/rig/variant-$variant.config" ] ||
+	pm_die "unknown variant '$variant'; use debug, plain or a name with a tests/rig/variant-NAME.config (there: $(cd "$PEERMEM_ROOT/tests/rig" && ls variant-*.config 2>/dev/null | tr '\n' ' '))" ;;
+esac
 
 rig=$PEERMEM_ROOT/tests/rig
 frags=("$rig/base.config")
 [ "$variant" = debug ] && frags+=("$rig/debug.config")
+[ -f "$rig/variant-$variant.config" ] && frags+=("$rig/variant-$variant.config")
 [ -f "$rig/kernel-$RIG_KVER.config" ] && frags+=("$rig/kernel-$RIG_KVER.config")
 # The plain 7.3 kernel (the benchmarks') has its own few lines; the plain 6.12
 # build-compatibility kernel has none.

@@ -4,13 +4,17 @@
 # every guest test (in the rig VM), and end with one line
 # `N passed, M failed, K skipped`.
 #
-#   tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [-v]
+#   tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V] [-v]
 #
 #   --only AREA   run only the tests of AREA: a directory name under
 #                 tests/host/ or tests/guest/, or `vm` for the runner's own
 #                 guest self-tests (repeatable; builds always run)
 #   --skip-setup  do not run scripts/setup-host.sh (the host is ready)
 #   --kdir DIR    use this built kernel tree instead of scripts/kernel.sh
+#   --variant V   build and use kernel variant V (scripts/kernel.sh --variant:
+#                 debug, the default and CI's, plain, or a tests/rig/
+#                 variant-V.config); other variants are run on request and
+#                 their results recorded in docs/testing.md, never by CI
 #   -v            stream the guest console (scripts/vm.sh -v)
 #
 # PEERMEM_RM_LOCK_RUN=1 also runs the peermem and e2e areas with gpusim's RM
@@ -27,15 +31,16 @@ set -uo pipefail
 . "$(dirname "$0")/../scripts/lib.sh"
 cd "$PEERMEM_ROOT" || exit 1
 
-only=() skip_setup=0 kdir= verbose=()
+only=() skip_setup=0 kdir= verbose=() variant=debug
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--only) [ -n "${2:-}" ] || pm_die "--only needs an area name"; only+=("$2"); shift 2 ;;
 	--skip-setup) skip_setup=1; shift ;;
 	--kdir) [ -n "${2:-}" ] || pm_die "--kdir needs a directory"; kdir=$2; shift 2 ;;
+	--variant) [ -n "${2:-}" ] || pm_die "--variant needs a name (debug, plain, or tests/rig/variant-NAME.config)"; variant=$2; shift 2 ;;
 	-v|--verbose) verbose=(-v); shift ;;
 	-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) pm_die "unknown argument '$1'; usage: tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [-v]" ;;
+	*) pm_die "unknown argument '$1'; usage: tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V] [-v]" ;;
 	esac
 done
 wanted() { # wanted AREA: is this area selected?
@@ -88,11 +93,11 @@ if [ "$skip_setup" = 0 ]; then
 fi
 
 if [ -z "$kdir" ]; then
-	pm_stage "run-all: rig kernel (scripts/kernel.sh --variant debug)"
-	if kdir=$(scripts/kernel.sh --variant debug | tail -n 1) && [ -d "$kdir" ]; then
+	pm_stage "run-all: rig kernel (scripts/kernel.sh --variant $variant)"
+	if kdir=$(scripts/kernel.sh --variant "$variant" | tail -n 1) && [ -d "$kdir" ]; then
 		result ok "rig kernel built ($kdir)"
 	else
-		result fail "rig kernel build (scripts/kernel.sh --variant debug)"; kdir=
+		result fail "rig kernel build (scripts/kernel.sh --variant $variant)"; kdir=
 	fi
 else
 	[ -f "$kdir/arch/x86/boot/bzImage" ] || pm_die "--kdir $kdir has no arch/x86/boot/bzImage; build it first"

@@ -333,69 +333,106 @@ static void fault_munmap(struct gmem *keep)
 }
 
 /*
+ * One load of peermem with its n-th allocation failing (fail-nth), and what
+ * must hold after it: loaded and serving registrations, or failed with
+ * nothing of it left.
+ */
+static void load_step(struct tally *t, struct gmem *g, const char *ko, int n)
+{
+	int kfd = open(ko, O_RDONLY | O_CLOEXEC);
+	long rc;
+
+	t->steps = n;
+	if (kfd < 0)
+		bail("%s: %s", ko, strerror(errno));
+	fnth_set(n);
+	rc = syscall(SYS_finit_module, kfd, "", 0);
+	step_done(t, rc, errno);
+	close(kfd);
+	if (rc == 0) {
+		/*
+		 * The core's debugfs directory of a client is best effort
+		 * (debugfs failures are ignored, as everywhere in the kernel):
+		 * its absence alone is no failure; that the client serves
+		 * registrations is the check.
+		 */
+		if (access("/sys/kernel/debug/peer_memory/nv_mem", F_OK))
+			diag("load step %d: peermem loaded; the core's debugfs directory for nv_mem was not created (an allocation of debugfs failed)",
+			     n);
+		long long a0 = pm("registrations_acquired");
+
+		if (!still_works(g, 0x3000 + n) ||
+		    (a0 >= 0 && pm("registrations_acquired") != a0 + 1)) {
+			t->broken++;
+			diag("load step %d: peermem loaded but nv_mem does not serve registrations", n);
+		}
+		if (syscall(SYS_delete_module, "peermem", O_NONBLOCK))
+			bail("load step %d: cannot unload peermem: %s", n, strerror(errno));
+	} else if (access("/sys/module/peermem", F_OK) == 0 ||
+		   access("/sys/kernel/debug/peer_memory/nv_mem", F_OK) == 0) {
+		t->leaks++;
+		diag("load step %d: the load failed but peermem or its core client is still there", n);
+	}
+}
+
+/*
  * Loading peermem makes about 1400 allocations that fail-nth can fail
  * (the module loader's, then peermem's init: debugfs files, the core's
- * registration), and one load takes about 2 s in the debug rig: stepping
- * each would take most of an hour. The suite steps every
- * FAILNTH_LOAD_STRIDE-th (default 16, about 90 loads) and says so;
+ * registration), and one load takes about 2 s in the debug rig (more on a
+ * slow machine): stepping each would take most of an hour. So the suite
+ * works to a time budget, not a count: first a coarse pass fails every
+ * 64th allocation in turn until a load reaches no n-th (the minimum, about
+ * 22 loads, done whatever the time: it covers the whole range), then, while
+ * FAILNTH_LOAD_SECONDS (default 60, counted from the start) lasts, it
+ * halves the stride, visiting the allocations between (every 32nd, 16th,
+ * ...), and says how far it got.
  * FAILNTH_LOAD_STRIDE=1 (with scripts/vm.sh --test-timeout 1800) steps
- * every one.
+ * every one with no budget.
  */
+#define LOAD_COARSE 64
+
 static void fault_load(struct gmem *g)
 {
 	struct tally t = { 0 };
 	char ko[512];
-	int stride = getenv("FAILNTH_LOAD_STRIDE") ? atoi(getenv("FAILNTH_LOAD_STRIDE")) : 16;
-	int n, loads = 0;
-	char what[96];
+	int every = getenv("FAILNTH_LOAD_STRIDE") ? atoi(getenv("FAILNTH_LOAD_STRIDE")) : 0;
+	int budget = getenv("FAILNTH_LOAD_SECONDS") ? atoi(getenv("FAILNTH_LOAD_SECONDS")) : 60;
+	int n = 0, last, loads = 0, coarse_loads, whole, stride;
+	double t0 = now_s();
+	char what[160];
 
 	snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
 	if (run("rmmod peermem"))
 		bail("cannot unload peermem");
-	if (stride < 1)
-		stride = 1;
-	for (n = 1; n <= MAX_STEPS && !t.done; n += stride) {
-		int kfd = open(ko, O_RDONLY | O_CLOEXEC);
-		long rc;
-
-		t.steps = n;
-		loads++;
-		if (kfd < 0)
-			bail("%s: %s", ko, strerror(errno));
-		fnth_set(n);
-		rc = syscall(SYS_finit_module, kfd, "", 0);
-		step_done(&t, rc, errno);
-		close(kfd);
-		if (rc == 0) {
-			/*
-			 * The core's debugfs directory of a client is best
-			 * effort (debugfs failures are ignored, as everywhere
-			 * in the kernel): its absence alone is no failure;
-			 * that the client serves registrations is the check.
-			 */
-			if (access("/sys/kernel/debug/peer_memory/nv_mem", F_OK))
-				diag("load step %d: peermem loaded; the core's debugfs directory for nv_mem was not created (an allocation of debugfs failed)",
-				     t.steps);
-			long long a0 = pm("registrations_acquired");
-
-			if (!still_works(g, 0x3000 + t.steps) ||
-			    (a0 >= 0 && pm("registrations_acquired") != a0 + 1)) {
-				t.broken++;
-				diag("load step %d: peermem loaded but nv_mem does not serve registrations", t.steps);
-			}
-			if (syscall(SYS_delete_module, "peermem", O_NONBLOCK))
-				bail("load step %d: cannot unload peermem: %s", t.steps, strerror(errno));
-		} else if (access("/sys/module/peermem", F_OK) == 0 ||
-			   access("/sys/kernel/debug/peer_memory/nv_mem", F_OK) == 0) {
-			t.leaks++;
-			diag("load step %d: the load failed but peermem or its core client is still there",
-			     t.steps);
-		}
+	/* The coarse pass (or every FAILNTH_LOAD_STRIDE-th, with no budget). */
+	whole = every > 0 ? every : LOAD_COARSE;
+	for (n = 1; n <= MAX_STEPS && !t.done; n += whole, loads++)
+		load_step(&t, g, ko, n);
+	last = t.steps;
+	coarse_loads = loads;
+	/*
+	 * Refinement, while the budget lasts: the allocations between, at half
+	 * the stride each round; `whole` is the finest stride that covered the
+	 * whole range, `n` where the round cut short by the budget stopped.
+	 */
+	stride = whole;
+	while (every <= 0 && t.done && stride > 1 && now_s() - t0 < budget) {
+		stride /= 2;
+		for (n = 1 + stride; n < last && now_s() - t0 < budget; n += 2 * stride, loads++)
+			load_step(&t, g, ko, n);
+		if (n < last)
+			break;
+		whole = stride;
 	}
-	diag("loading peermem: %d loads, every %d%s allocation failed in turn, up to the %d-th",
-	     loads, stride, stride == 1 ? "st" : "th", t.steps);
-	snprintf(what, sizeof(what), "loading peermem (finit_module%s)",
-		 stride == 1 ? "" : ", every FAILNTH_LOAD_STRIDE-th allocation");
+	t.steps = last;
+	if (whole != stride)
+		diag("loading peermem: %d loads in %.0f s (budget %d s): every %d-th allocation up to the %d-th (coarse pass: %d loads), every %d-th up to the %d-th",
+		     loads, now_s() - t0, budget, whole, last, coarse_loads, stride, n);
+	else
+		diag("loading peermem: %d loads in %.0f s (budget %d s): every %d-th allocation up to the %d-th (coarse pass: %d loads)",
+		     loads, now_s() - t0, budget, whole, last, coarse_loads);
+	snprintf(what, sizeof(what), "loading peermem (finit_module, at least every %d%s allocation failed in turn)",
+		 every > 0 ? every : LOAD_COARSE, every == 1 ? "st" : "th");
 	report(what, &t, "ENOMEM, EFAULT, EINVAL");
 	load_modules(NULL);
 }
