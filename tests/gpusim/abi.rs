@@ -1,17 +1,30 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The structures of the NVIDIA P2P ABI that gpusim hands to its clients,
-//! declared in Rust with the layout of `include/nv_p2p_abi.h` (550 series).
+//! declared in Rust with the layout of `include/nv_p2p_abi.h` (550 series)
+//! and, for the page table, also the layout of the 580+ drivers (version
+//! 2.0, with a trailing `flags`).
 //!
-//! `gpusim_glue.c` asserts the same sizes and offsets against the C header,
+//! `gpusim_glue.c` asserts the same sizes and offsets against the C header
+//! (the version-2 page table numerically, until the header declares it),
 //! and the `const` assertions below pin the Rust side to those numbers, so
 //! the two cannot drift apart without breaking the build.
 
 use core::mem::{offset_of, size_of};
 use kernel::ffi::c_void;
 
-/// `NVIDIA_P2P_PAGE_TABLE_VERSION`.
-pub(crate) const PAGE_TABLE_VERSION: u32 = 0x0001_0002;
+/// `NVIDIA_P2P_PAGE_TABLE_VERSION` of the 550 to 575 drivers: version 1.2,
+/// the 32-byte [`NvP2pPageTable`].
+pub(crate) const PAGE_TABLE_VERSION_V1: u32 = 0x0001_0002;
+/// `NVIDIA_P2P_PAGE_TABLE_VERSION` from 580.65.06 on: version 2.0, the
+/// 40-byte [`NvP2pPageTableV2`].
+pub(crate) const PAGE_TABLE_VERSION_V2: u32 = 0x0002_0000;
+/// `NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE` (580.65.06+), in
+/// [`NvP2pPageTableV2::flags`].
+pub(crate) const PAGE_TABLE_FLAGS_CPU_CACHEABLE: u32 = 0x1;
+/// `NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING` (570.86.15+): the one flag of
+/// `nvidia_p2p_get_pages_persistent` the driver reads.
+pub(crate) const FLAGS_FORCE_BAR1_MAPPING: u8 = 0x1;
 /// `NVIDIA_P2P_DMA_MAPPING_VERSION`.
 pub(crate) const DMA_MAPPING_VERSION: u32 = 0x0002_0003;
 /// `NVIDIA_P2P_RSYNC_DRIVER_VERSION`.
@@ -40,7 +53,8 @@ pub(crate) struct NvP2pPage {
     pub(crate) registers: [u32; 6],
 }
 
-/// `struct nvidia_p2p_page_table`.
+/// `struct nvidia_p2p_page_table`, version 1.2 (550 to 575): 32 bytes.
+/// Also the first 32 bytes of [`NvP2pPageTableV2`].
 #[repr(C)]
 pub(crate) struct NvP2pPageTable {
     pub(crate) version: u32,
@@ -48,6 +62,14 @@ pub(crate) struct NvP2pPageTable {
     pub(crate) pages: *mut *mut NvP2pPage,
     pub(crate) entries: u32,
     pub(crate) gpu_uuid: *mut u8,
+}
+
+/// `struct nvidia_p2p_page_table`, version 2.0 (580.65.06 and later): the
+/// version-1.2 fields unchanged, then `u32 flags` at offset 32; 40 bytes.
+#[repr(C)]
+pub(crate) struct NvP2pPageTableV2 {
+    pub(crate) v1: NvP2pPageTable,
+    pub(crate) flags: u32,
 }
 
 /// `struct nvidia_p2p_dma_mapping`. `pci_dev` is opaque here.
@@ -97,6 +119,9 @@ const _: () = {
     assert!(offset_of!(NvP2pPageTable, pages) == 8);
     assert!(offset_of!(NvP2pPageTable, entries) == 16);
     assert!(offset_of!(NvP2pPageTable, gpu_uuid) == 24);
+    assert!(size_of::<NvP2pPageTableV2>() == 40);
+    assert!(offset_of!(NvP2pPageTableV2, v1) == 0);
+    assert!(offset_of!(NvP2pPageTableV2, flags) == 32);
     assert!(size_of::<NvP2pDmaMapping>() == 40);
     assert!(offset_of!(NvP2pDmaMapping, page_size_type) == 4);
     assert!(offset_of!(NvP2pDmaMapping, entries) == 8);

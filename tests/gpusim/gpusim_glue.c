@@ -4,6 +4,8 @@
  *
  * - EXPORT_SYMBOL_GPL of the nvidia_p2p_* functions, which are defined in
  *   Rust (#[no_mangle] extern "C", gpusim_main.rs / p2p.rs);
+ * - the module parameter branch= (the Rust module! parameters of the rig
+ *   kernel have no sysfs file; branch.rs validates it);
  * - compile-time checks that the Rust structure layouts (abi.rs) equal the
  *   declarations of include/nv_p2p_abi.h;
  * - the vm_operations_struct of a device-memory mapping and the
@@ -48,6 +50,19 @@ EXPORT_SYMBOL_GPL(nvidia_p2p_get_rsync_registers);
 EXPORT_SYMBOL_GPL(nvidia_p2p_put_rsync_registers);
 
 /*
+ * branch=: the NVIDIA driver branch gpusim emulates (550, 570, 580 or
+ * 595). Read once by branch.rs at load, which refuses other values.
+ */
+static unsigned int branch = 595;
+module_param(branch, uint, 0444);
+MODULE_PARM_DESC(branch, "NVIDIA driver branch to emulate: 550, 570, 580 or 595 (default, the newest); see docs/gpusim.md");
+
+unsigned int gpusim_branch_param(void)
+{
+	return branch;
+}
+
+/*
  * The Rust side (abi.rs) declares the same structures by hand and asserts
  * the same numbers; a mismatch between either side and the header stops
  * the build here.
@@ -78,6 +93,18 @@ static_assert(NVIDIA_P2P_PAGE_TABLE_VERSION == 0x00010002);
 static_assert(NVIDIA_P2P_DMA_MAPPING_VERSION == 0x00020003);
 static_assert(NVIDIA_P2P_RSYNC_DRIVER_VERSION == 0x00010001);
 static_assert(NVIDIA_P2P_PAGE_SIZE_64KB == 1);
+
+/*
+ * The version-2.0 page table of the 580+ drivers (abi.rs
+ * NvP2pPageTableV2): include/nv_p2p_abi.h does not declare it yet, so it
+ * is checked here as what it is, the version-1.2 table followed by a u32.
+ */
+struct gpusim_p2p_page_table_v2 {
+	struct nvidia_p2p_page_table v1;
+	u32 flags;
+};
+static_assert(sizeof(struct gpusim_p2p_page_table_v2) == 40);
+static_assert(offsetof(struct gpusim_p2p_page_table_v2, flags) == 32);
 
 /* ---- The mapping's life: vm_operations calling into Rust (dev.rs). */
 

@@ -24,6 +24,7 @@ void *gpusim_phys_to_virt(u64 phys);
 bool gpusim_pci_dma_peer_ok(struct pci_dev *pdev);
 int gpusim_dma_map(struct pci_dev *pdev, u64 phys, size_t len, u64 *dma);
 void gpusim_dma_unmap(struct pci_dev *pdev, u64 dma, size_t len);
+unsigned int gpusim_branch_param(void);
 
 /* Implemented in Rust (dev.rs). */
 void gpusim_rs_vma_open(void *priv);

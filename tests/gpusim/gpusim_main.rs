@@ -2,8 +2,9 @@
 
 //! gpusim: an emulated GPU for the peermem test rig.
 //!
-//! It exports the NVIDIA 550-series peer-to-peer interface
-//! (`nvidia_p2p_*`, see `include/nv_p2p_abi.h`) with the real names,
+//! It exports the NVIDIA peer-to-peer interface (`nvidia_p2p_*`, see
+//! `include/nv_p2p_abi.h`) of the 550, 570, 580 or 595 driver branch
+//! (module parameter `branch`, default 595) with the real names,
 //! signatures, layouts and version constants, so peermem and unmodified
 //! third-party clients link against it through `KBUILD_EXTRA_SYMBOLS`.
 //! User space gets "device memory" from `/dev/gpusim`. Behaviour, knobs and
@@ -14,6 +15,7 @@ use kernel::miscdevice::{MiscDeviceOptions, MiscDeviceRegistration};
 use kernel::prelude::*;
 
 mod abi;
+mod branch;
 mod dev;
 mod glue;
 mod knobs;
@@ -40,6 +42,9 @@ module! {
 
 #[pin_data(PinnedDrop)]
 struct GpuSimModule {
+    /// The emulated driver branch (module parameter `branch`); an invalid
+    /// one fails the load before anything else is set up.
+    _branch: branch::Branch,
     #[pin]
     misc: MiscDeviceRegistration<dev::GpuSimFile>,
     #[pin]
@@ -56,6 +61,7 @@ impl kernel::InPlaceModule for GpuSimModule {
             rm::init(module_parameters::rm_lock.value());
         }
         try_pin_init!(Self {
+            _branch: branch::init()?,
             debugfs <- knobs::debugfs(),
             misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gpusim" }),
         })

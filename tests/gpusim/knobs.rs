@@ -36,6 +36,12 @@ pub(crate) static FAIL_ERRNO: Knob = Knob::new(12);
 /// then this knob (0 or 1). Switching is safe at any time: a call that took
 /// the lock releases it whatever the knob says by then.
 pub(crate) static RM_LOCK: Knob = Knob::new(0);
+/// 1: the emulated GPU is cache-coherent with the CPU (a C2C system such
+/// as Grace Hopper, NVIDIA's `PDB_PROP_GPU_COHERENT_CPU_MAPPING`); 0 (the
+/// default): a discrete GPU behind PCIe (BAR1), the x86 case. Decides
+/// CPU_CACHEABLE in version-2 page tables and whether a FORCE_BAR1 pin is
+/// possible. Read at each pin.
+pub(crate) static CPU_CACHEABLE: Knob = Knob::new(0);
 /// Calls refused because the calling thread held the RM lock (a client
 /// calling gpusim from its free callback with `rm_lock=1`).
 pub(crate) static RM_LOCK_RECURSIONS: Knob = Knob::new(0);
@@ -258,6 +264,7 @@ fn populate(dir: &ScopedDir<'_, '_>) {
     dir.read_write_callback_file(c"stale_errno", &STALE_ERRNO, &show, &write_errno);
     dir.read_write_callback_file(c"fail_errno", &FAIL_ERRNO, &show, &write_errno);
     dir.read_write_callback_file(c"rm_lock", &RM_LOCK, &show, &write_bool);
+    dir.read_write_callback_file(c"cpu_cacheable", &CPU_CACHEABLE, &show, &write_bool);
     dir.write_only_callback_file(c"reset_totals", &RESET_DUMMY, &write_reset);
     let fail = dir.dir(c"fail");
     for (name, e) in ENTRIES {

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The exported `nvidia_p2p_*` functions (550 series), with the names,
-//! signatures and error codes of the real driver. `gpusim_glue.c` exports
+//! The exported `nvidia_p2p_*` functions, with the names, signatures and
+//! error codes of the real driver of the emulated branch (`branch.rs`). `gpusim_glue.c` exports
 //! them GPL-only. Where the real driver would crash or WARN on a client
 //! bug (an unknown page table, a double put), gpusim returns an error and
 //! counts it instead; see docs/gpusim.md for every deviation.
 
 use crate::abi::*;
+use crate::branch::Branch;
 use crate::knobs::*;
 use crate::state::{self, STATE};
 use core::ptr;
@@ -14,7 +15,7 @@ use kernel::bindings;
 use kernel::ffi::{c_int, c_void};
 use kernel::prelude::*;
 
-/// Unsupported by the 550 driver: always -ENOTSUPP.
+/// Unsupported by every emulated branch: always -ENOTSUPP.
 #[no_mangle]
 extern "C" fn nvidia_p2p_init_mapping(
     _p2p_token: u64,
@@ -25,7 +26,7 @@ extern "C" fn nvidia_p2p_init_mapping(
     ENOTSUPP.to_errno()
 }
 
-/// Unsupported by the 550 driver: always -ENOTSUPP.
+/// Unsupported by every emulated branch: always -ENOTSUPP.
 #[no_mangle]
 extern "C" fn nvidia_p2p_destroy_mapping(_p2p_token: u64) -> c_int {
     ENOTSUPP.to_errno()
@@ -70,7 +71,13 @@ unsafe extern "C" fn nvidia_p2p_get_pages(
         Ok(g) => g,
         Err(e) => return e.to_errno(),
     };
-    match state::get_pages(virtual_address, length, false, free_callback, data) {
+    match state::get_pages(
+        virtual_address,
+        length,
+        state::PinKind::Callback,
+        free_callback,
+        data,
+    ) {
         Ok(pt) => {
             // SAFETY: As above.
             unsafe { *page_table = pt };
@@ -105,15 +112,28 @@ unsafe extern "C" fn nvidia_p2p_get_pages_persistent(
     }
     // SAFETY: The caller provides a writable `page_table`.
     unsafe { *page_table = ptr::null_mut() };
-    if flags != 0 {
+    // 550: flags must be 0. 570.86.15+: the driver passes them on as a u8
+    // (bits 8-31 are dropped) and reads only FORCE_BAR1_MAPPING; other bits
+    // are ignored, not refused.
+    let force_bar1 = if Branch::current().persistent_flags() {
+        (flags as u8) & FLAGS_FORCE_BAR1_MAPPING != 0
+    } else if flags != 0 {
         return EINVAL.to_errno();
-    }
+    } else {
+        false
+    };
     // Under the RM lock, as rm_p2p_get_pages_persistent.
     let _rm = match crate::rm::acquire("nvidia_p2p_get_pages_persistent") {
         Ok(g) => g,
         Err(e) => return e.to_errno(),
     };
-    match state::get_pages(virtual_address, length, true, None, ptr::null_mut()) {
+    match state::get_pages(
+        virtual_address,
+        length,
+        state::PinKind::Persistent { force_bar1 },
+        None,
+        ptr::null_mut(),
+    ) {
         Ok(pt) => {
             // SAFETY: As above.
             unsafe { *page_table = pt };
@@ -304,11 +324,12 @@ extern "C" fn nvidia_p2p_unregister_rsync_driver(
     st.rsync = 0;
 }
 
-/// gpusim emulates no IBM NPU: -ENODEV, as the real driver on such
-/// systems (-EINVAL for NULL).
+/// gpusim emulates no IBM NPU: -ENODEV, as every branch on x86. Up to 570
+/// a NULL argument is -EINVAL first; from 575.51.02 the driver returns
+/// -ENODEV without looking at it.
 #[no_mangle]
 extern "C" fn nvidia_p2p_get_rsync_registers(reg_info: *mut *mut NvP2pRsyncRegInfo) -> c_int {
-    if reg_info.is_null() {
+    if reg_info.is_null() && Branch::current().rsync_checks_null() {
         return EINVAL.to_errno();
     }
     ENODEV.to_errno()

@@ -17,6 +17,7 @@
 //! CPU can still reach is ever freed.
 
 use crate::abi::*;
+use crate::branch::Branch;
 use crate::glue::{self, Chunk};
 use crate::knobs::{self, *};
 use crate::rm::{self, RmGuard};
@@ -132,22 +133,80 @@ enum PinState {
     Callback,
 }
 
+/// The page table structure handed to a client, allocated with exactly the
+/// size of its version's layout: 32 bytes for version 1.2, 40 for 2.0. A
+/// client that reads `flags` of a version-1.2 table reads past the end of
+/// the allocation, which KASAN reports (on a real 550 or 570 driver that
+/// read is just as wrong).
+enum PageTable {
+    V1(KBox<NvP2pPageTable>),
+    V2(KBox<NvP2pPageTableV2>),
+}
+
+impl PageTable {
+    /// A table of `branch`'s version with `flags` (kept only in a version-2
+    /// table); its pointers are set by the caller.
+    fn new(branch: Branch, entries: u32, flags: u32) -> Result<Self> {
+        let base = |version| NvP2pPageTable {
+            version,
+            page_size: PAGE_SIZE_64KB,
+            pages: ptr::null_mut(),
+            entries,
+            gpu_uuid: ptr::null_mut(),
+        };
+        Ok(if branch.page_table_v2() {
+            Self::V2(KBox::new(
+                NvP2pPageTableV2 {
+                    v1: base(PAGE_TABLE_VERSION_V2),
+                    flags,
+                },
+                GFP_KERNEL,
+            )?)
+        } else {
+            Self::V1(KBox::new(base(PAGE_TABLE_VERSION_V1), GFP_KERNEL)?)
+        })
+    }
+
+    /// The fields both versions share (the first 32 bytes).
+    fn base(&self) -> &NvP2pPageTable {
+        match self {
+            Self::V1(t) => t,
+            Self::V2(t) => &t.v1,
+        }
+    }
+
+    fn base_mut(&mut self) -> &mut NvP2pPageTable {
+        match self {
+            Self::V1(t) => t,
+            Self::V2(t) => &mut t.v1,
+        }
+    }
+
+    /// The pointer handed to the client: the start of the allocation.
+    fn as_mut_ptr(&mut self) -> *mut NvP2pPageTable {
+        ptr::from_mut(self.base_mut())
+    }
+}
+
 /// A page table handed to a client, and everything it owns.
 ///
 /// # Invariants
 ///
 /// `pt.pages` points to `page_ptrs`, whose entries point to the elements
 /// of `pages`; `pt.gpu_uuid` points to `uuid`. All live in this (boxed,
-/// never moved) object and are never resized. Every `pages` address lies
-/// inside `alloc`.
+/// never moved) object, or in `pt`'s own allocation, and are never
+/// resized. Every `pages` address lies inside `alloc`.
 pub(crate) struct PinObj {
-    pt: NvP2pPageTable,
+    pt: PageTable,
     pages: KVec<NvP2pPage>,
     page_ptrs: KVec<*mut NvP2pPage>,
     uuid: [u8; GPU_UUID_LEN],
     alloc: Arc<Alloc>,
     va: u64,
     persistent: bool,
+    /// Pinned with NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING (570+, coherent GPU
+    /// only): nvidia_p2p_dma_map_pages refuses it.
+    force_bar1: bool,
     callback: FreeCallback,
     data: *mut c_void,
     state: PinState,
@@ -162,7 +221,7 @@ unsafe impl Send for PinObj {}
 impl PinObj {
     /// The address handed to the client: the identity of the pin.
     fn key(&self) -> usize {
-        ptr::from_ref(&self.pt) as usize
+        ptr::from_ref(self.pt.base()) as usize
     }
 }
 
@@ -501,20 +560,49 @@ fn check_range(va: u64, len: u64) -> Result<usize> {
     Ok(entries as usize)
 }
 
+/// How a pin was asked for.
+#[derive(Clone, Copy)]
+pub(crate) enum PinKind {
+    /// nvidia_p2p_get_pages: with a free callback.
+    Callback,
+    /// nvidia_p2p_get_pages_persistent; `force_bar1` is its
+    /// NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING bit (570+).
+    Persistent { force_bar1: bool },
+}
+
 /// nvidia_p2p_get_pages / _persistent: pins `len` bytes at `va` of the
 /// calling process. Returns the page table to hand out.
 pub(crate) fn get_pages(
     va: u64,
     len: u64,
-    persistent: bool,
+    kind: PinKind,
     callback: FreeCallback,
     data: *mut c_void,
 ) -> Result<*mut NvP2pPageTable> {
+    let branch = Branch::current();
+    // Every branch: the range must be 64 KiB aligned (-EINVAL). The drivers
+    // check it from 555.42.02 on (nv-p2p.c nv_p2p_get_pages); the 550 driver
+    // has no such check, and gpusim refuses it there too (stricter; see
+    // docs/gpusim.md).
     let entries = check_range(va, len)?;
     let mm = current_mm()?;
+    let (persistent, force_bar1) = match kind {
+        PinKind::Callback => (false, false),
+        PinKind::Persistent { force_bar1 } => (true, force_bar1),
+    };
+    let coherent = CPU_CACHEABLE.load(Relaxed) == 1;
+    // CPU_CACHEABLE (version-2 tables only): set for the pins of a coherent
+    // GPU, except a FORCE_BAR1 one, which goes through BAR1 (RM's BAR1 path
+    // reports it not cacheable).
+    let flags = if branch.page_table_v2() && coherent && !force_bar1 {
+        PAGE_TABLE_FLAGS_CPU_CACHEABLE
+    } else {
+        0
+    };
     // Allocate outside the lock what does not depend on the allocation.
     let mut pages = KVec::with_capacity(entries, GFP_KERNEL)?;
     let mut page_ptrs = KVec::with_capacity(entries, GFP_KERNEL)?;
+    let table = PageTable::new(branch, entries as u32, flags)?;
 
     let mut st = STATE.lock();
     let (base, alloc) = {
@@ -529,6 +617,12 @@ pub(crate) fn get_pages(
     // refused, as the real driver refuses ranges crossing allocations.
     if va + len > base + alloc.size as u64 {
         return Err(EINVAL);
+    }
+    // RM (RmP2PGetPagesPersistent, 570.86.15+) refuses FORCE_BAR1 on a GPU
+    // without a coherent CPU mapping (every x86 system): NOT_SUPPORTED, which
+    // nv-p2p.c maps to -ENOTSUPP. Only once the address was found, as there.
+    if force_bar1 && !coherent {
+        return Err(ENOTSUPP);
     }
     let off = (va - base) as usize;
     for i in 0..entries {
@@ -547,19 +641,14 @@ pub(crate) fn get_pages(
     // From here on, dropping `pin` undoes the counters (PinObj::drop).
     let mut pin = KBox::new(
         PinObj {
-            pt: NvP2pPageTable {
-                version: PAGE_TABLE_VERSION,
-                page_size: PAGE_SIZE_64KB,
-                pages: ptr::null_mut(),
-                entries: entries as u32,
-                gpu_uuid: ptr::null_mut(),
-            },
+            pt: table,
             pages,
             page_ptrs: KVec::new(),
             uuid: GPU_UUID,
             alloc,
             va,
             persistent,
+            force_bar1,
             callback,
             data,
             state: PinState::Live,
@@ -573,9 +662,12 @@ pub(crate) fn get_pages(
     pin.page_ptrs = page_ptrs;
     // INVARIANT: the pointers go into this boxed object, whose vectors are
     // complete and never resized again.
-    pin.pt.pages = pin.page_ptrs.as_mut_ptr();
-    pin.pt.gpu_uuid = pin.uuid.as_mut_ptr();
-    let pt = ptr::from_mut(&mut pin.pt);
+    let pages_ptr = pin.page_ptrs.as_mut_ptr();
+    let uuid_ptr = pin.uuid.as_mut_ptr();
+    let base = pin.pt.base_mut();
+    base.pages = pages_ptr;
+    base.gpu_uuid = uuid_ptr;
+    let pt = pin.pt.as_mut_ptr();
     st.pins.push(pin, GFP_KERNEL)?;
     PAGES_PINNED.add(entries as u64, Relaxed);
     Ok(pt)
@@ -629,6 +721,17 @@ pub(crate) unsafe fn dma_map(
     pdev: *mut bindings::pci_dev,
     key: usize,
 ) -> Result<*mut NvP2pDmaMapping> {
+    // A FORCE_BAR1 table is refused before anything else is looked at
+    // (nv-p2p.c nvidia_p2p_dma_map_pages, 570.86.15+: only CPU mappings of
+    // such a pin are supported): -ENOTSUPP.
+    {
+        let st = STATE.lock();
+        if let Some(i) = st.pin_idx(key) {
+            if st.pins[i].force_bar1 {
+                return Err(ENOTSUPP);
+            }
+        }
+    }
     if !glue::pci_dma_peer_ok(pdev) {
         return Err(EINVAL);
     }
@@ -649,7 +752,7 @@ pub(crate) unsafe fn dma_map(
         DmaObj {
             m: NvP2pDmaMapping {
                 version: DMA_MAPPING_VERSION,
-                page_size_type: pin.pt.page_size,
+                page_size_type: pin.pt.base().page_size,
                 entries: n as u32,
                 dma_addresses: ptr::null_mut(),
                 private: ptr::null_mut(),

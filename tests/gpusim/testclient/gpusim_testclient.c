@@ -36,6 +36,29 @@
 
 #define TC_GPU_PAGE (64ULL * 1024)
 
+/*
+ * The page table versions a client of each driver branch is built
+ * against: 1.2 (550 to 575) and 2.0 (580 and later), whose table appends
+ * a u32 flags. include/nv_p2p_abi.h declares only 1.2 for now, so 2.0 is
+ * declared here, as the 1.2 table followed by its flags.
+ */
+#define TC_PT_VERSION_V1 0x00010002
+#define TC_PT_VERSION_V2 0x00020000
+struct tc_page_table_v2 {
+	struct nvidia_p2p_page_table v1;
+	u32 flags;
+};
+static_assert(sizeof(struct nvidia_p2p_page_table) == 32);
+static_assert(offsetof(struct tc_page_table_v2, flags) == 32);
+static_assert(sizeof(struct tc_page_table_v2) == 40);
+
+static bool tc_pt_version_ok(const struct nvidia_p2p_page_table *pt)
+{
+	if (NVIDIA_P2P_MAJOR_VERSION(pt->version) == 2)
+		return NVIDIA_P2P_VERSION_COMPATIBLE(pt, TC_PT_VERSION_V2);
+	return NVIDIA_P2P_VERSION_COMPATIBLE(pt, TC_PT_VERSION_V1);
+}
+
 struct tc_file;
 
 struct tc_reg {
@@ -181,7 +204,13 @@ static void tc_fill(struct tc_reg *r, struct gpusim_tc_req *q)
 	if (r->pinned) {
 		q->entries = r->pt->entries;
 		q->page_size = r->pt->page_size;
-		q->version_ok = NVIDIA_P2P_PAGE_TABLE_VERSION_COMPATIBLE(r->pt);
+		q->version_ok = tc_pt_version_ok(r->pt);
+		q->pt_version = r->pt->version;
+		/* flags exist only in a version-2 table: never read them in a
+		 * version-1 one (it is 32 bytes; KASAN would report it). */
+		q->pt_flags = NVIDIA_P2P_MAJOR_VERSION(r->pt->version) == 2 ?
+			((struct tc_page_table_v2 *)r->pt)->flags : 0;
+		q->pt_bytes = ksize(r->pt);
 		q->phys0 = r->pt->entries ? r->pt->pages[0]->physical_address : 0;
 		q->runs = tc_runs_pt(r->pt);
 		if (r->dma) {
@@ -223,6 +252,7 @@ static long tc_get(struct tc_file *tc, struct gpusim_tc_req *q)
 		mutex_unlock(&tc->lock);
 	if (r->persistent)
 		q->ret = nvidia_p2p_get_pages_persistent(q->va, q->len, &r->pt,
+			(q->flags & GPUSIM_TC_PFLAGS) ? q->p_flags :
 			(q->flags & GPUSIM_TC_BAD_FLAGS) ? 1 : 0);
 	else
 		q->ret = nvidia_p2p_get_pages(
@@ -279,13 +309,13 @@ static long tc_get(struct tc_file *tc, struct gpusim_tc_req *q)
 /* Caller holds tc->op, not tc->lock. Calls put even on a registration that
  * is no longer pinned (with its stale page table pointer): gpusim must
  * refuse it, or answer 0 as the 550 driver does (stale_errno). */
-static int tc_put(struct tc_reg *r)
+static int tc_put_flags(struct tc_reg *r, u32 flags)
 {
 	struct tc_file *tc = r->tc;
 	int ret;
 
 	if (r->persistent)
-		ret = nvidia_p2p_put_pages_persistent(r->va, r->pt, 0);
+		ret = nvidia_p2p_put_pages_persistent(r->va, r->pt, flags);
 	else
 		ret = nvidia_p2p_put_pages(0, 0, r->va, r->pt);
 	mutex_lock(&tc->lock);
@@ -295,6 +325,45 @@ static int tc_put(struct tc_reg *r)
 	}
 	mutex_unlock(&tc->lock);
 	return ret;
+}
+
+static int tc_put(struct tc_reg *r)
+{
+	return tc_put_flags(r, 0);
+}
+
+static void tc_rsync_put_mode(int mode, void *data)
+{
+}
+
+static int tc_rsync_get_mode(int *mode, void *data)
+{
+	*mode = 0;
+	return 0;
+}
+
+static void tc_rsync_wait(struct pci_dev *gpu, void *data)
+{
+}
+
+static nvidia_p2p_rsync_driver_t tc_rsync_driver = {
+	.version = NVIDIA_P2P_RSYNC_DRIVER_VERSION,
+	.get_relaxed_ordering_mode = tc_rsync_get_mode,
+	.put_relaxed_ordering_mode = tc_rsync_put_mode,
+	.wait_for_rsync = tc_rsync_wait,
+};
+
+static void tc_rsync(struct gpusim_tc_req *q)
+{
+	nvidia_p2p_rsync_reg_info_t *info = NULL;
+
+	q->ret = nvidia_p2p_get_rsync_registers(&info);
+	if (!q->ret)
+		nvidia_p2p_put_rsync_registers(info);
+	q->ret2 = nvidia_p2p_get_rsync_registers(NULL);
+	q->ret3 = nvidia_p2p_register_rsync_driver(&tc_rsync_driver, NULL);
+	if (!q->ret3)
+		nvidia_p2p_unregister_rsync_driver(&tc_rsync_driver, NULL);
 }
 
 /*
@@ -378,7 +447,7 @@ static long tc_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		r = tc_find(tc, q.id);
 		mutex_unlock(&tc->lock);
 		if (r) {
-			q.ret = tc_put(r);
+			q.ret = tc_put_flags(r, (q.flags & GPUSIM_TC_PFLAGS) ? q.p_flags : 0);
 			mutex_lock(&tc->lock);
 			tc_fill(r, &q);
 			mutex_unlock(&tc->lock);
@@ -451,6 +520,9 @@ static long tc_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 	case GPUSIM_TC_READ:
 	case GPUSIM_TC_WRITE:
 		err = tc_copy(tc, &q, cmd == GPUSIM_TC_WRITE);
+		break;
+	case GPUSIM_TC_RSYNC:
+		tc_rsync(&q);
 		break;
 	case GPUSIM_TC_GUP: {
 		struct page *page;

@@ -40,6 +40,8 @@
 /* what the free callback does (GET flags) */
 #define GPUSIM_TC_CB_UNMAP	0x0100	/* dma_unmap_pages + free_dma_mapping */
 #define GPUSIM_TC_CB_PUT	0x0200	/* try nvidia_p2p_put_pages (must fail) */
+#define GPUSIM_TC_PFLAGS	0x8000	/* persistent GET and PUT: pass @p_flags
+					 * as the flags argument */
 /* @flags for GPUSIM_TC_DMA_MAP */
 #define GPUSIM_TC_NULL_PEER	0x1000	/* pass a NULL pci_dev */
 #define GPUSIM_TC_BOGUS_PEER	0x2000	/* pass to_pci_dev(NULL) (DMA_MAP only) */
@@ -70,6 +72,15 @@ struct gpusim_tc_req {
 				 * peer's max segment size or segment boundary
 				 * requires: the fewest scatter entries a
 				 * client can hand that device */
+	__u32 pt_version;	/* out: the page table's version word */
+	__u32 pt_flags;		/* out: its flags (read only from a version
+				 * 2.x table, which has them; else 0) */
+	__u32 pt_bytes;		/* out: ksize() of the page table's
+				 * allocation (32: a version-1.2 table with no
+				 * room for flags) */
+	__u32 p_flags;		/* in: GPUSIM_TC_PFLAGS */
+	__s32 ret2;		/* out: RSYNC */
+	__s32 ret3;		/* out: RSYNC */
 };
 
 #define GPUSIM_TC_MAGIC 'g'
@@ -88,6 +99,11 @@ struct gpusim_tc_req {
  * GPUSIM_TC_UNMAP, nvidia_p2p_dma_unmap_pages its DMA mapping before that,
  * as a client does, instead of leaving it for gpusim to reap) */
 #define GPUSIM_TC_FORGET	_IOWR(GPUSIM_TC_MAGIC, 9, struct gpusim_tc_req)
+/* nvidia_p2p_get_rsync_registers(&info) in @ret (a success is put again),
+ * nvidia_p2p_get_rsync_registers(NULL) in @ret2, and
+ * nvidia_p2p_register_rsync_driver() of a valid driver in @ret3
+ * (unregistered again on success) */
+#define GPUSIM_TC_RSYNC		_IOWR(GPUSIM_TC_MAGIC, 10, struct gpusim_tc_req)
 /* @flags for GPUSIM_TC_FORGET */
 #define GPUSIM_TC_UNMAP		0x0040
 

@@ -167,6 +167,7 @@ static void gs_reset_knobs(void)
 	dbg_set("stale_errno", 0);	/* the default: the 550 driver's answer */
 	/* GPUSIM_RM_LOCK=0 runs the area without the RM lock (default on). */
 	dbg_set("rm_lock", getenv("GPUSIM_RM_LOCK") ? atoi(getenv("GPUSIM_RM_LOCK")) : 1);
+	dbg_set("cpu_cacheable", 0);	/* a discrete GPU behind PCIe (x86) */
 	dbg_set("fail_errno", 12);
 	dbg_set("max_alloc_bytes", 256 << 20);
 	dbg_set("reset_totals", 1);	/* also disarms every fail/<entry> */
@@ -190,6 +191,20 @@ static void gs_setup(void)
 	if (access(DBG "live_pins", R_OK))
 		bail("no %s (is debugfs mounted?)", DBG);
 	gs_reset_knobs();
+}
+
+/* The NVIDIA driver branch gpusim emulates (module parameter branch). */
+static int gs_branch(void)
+{
+	char buf[16] = "";
+	int fd = open("/sys/module/gpusim/parameters/branch", O_RDONLY);
+
+	if (fd < 0)
+		bail("open /sys/module/gpusim/parameters/branch: %s", strerror(errno));
+	if (read(fd, buf, sizeof(buf) - 1) <= 0)
+		bail("read /sys/module/gpusim/parameters/branch");
+	close(fd);
+	return atoi(buf);
 }
 
 /* 1 if gpusim holds its emulated RM lock (module parameter rm_lock). */

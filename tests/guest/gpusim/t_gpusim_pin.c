@@ -23,7 +23,8 @@ static void test_good(int tc, char *p)
 		bail("cannot pin at all");
 	ok(q.entries == NPAGES, "8 entries (%u)", q.entries);
 	ok(q.page_size == 1, "page_size is NVIDIA_P2P_PAGE_SIZE_64KB (%u)", q.page_size);
-	ok(q.version_ok, "page table version compatible with NVIDIA_P2P_PAGE_TABLE_VERSION");
+	ok(q.version_ok && q.pt_version == (gs_branch() >= 580 ? 0x00020000u : 0x00010002u),
+	   "page table version %#x, the one of branch %d", q.pt_version, gs_branch());
 	ok(q.phys0 && q.phys0 % GPU_PAGE == 0, "physical address of page 0 is 64 KiB aligned (%#llx)",
 	   (unsigned long long)q.phys0);
 	ok(q.runs == NPAGES, "64 KiB contiguity: 8 physically separate runs (%u)", q.runs);
@@ -102,8 +103,15 @@ static void test_bad(int tc, char *p)
 	ok(tc_get(tc, p, GPU_PAGE, GPUSIM_TC_NULL_CB, &q) == -EINVAL, "NULL free_callback: -EINVAL");
 	ok(tc_get(tc, p, GPU_PAGE, GPUSIM_TC_NULL_DATA, &q) == -EINVAL, "NULL callback data: -EINVAL");
 	ok(tc_get(tc, p, GPU_PAGE, GPUSIM_TC_TOKEN, &q) == -EINVAL, "non-zero p2p_token: -EINVAL");
-	ok(tc_get(tc, p, GPU_PAGE, GPUSIM_TC_PERSISTENT | GPUSIM_TC_BAD_FLAGS, &q) == -EINVAL,
-	   "get_pages_persistent with flags 1: -EINVAL");
+	/* 550: flags must be 0; 570+: 1 is FORCE_BAR1, refused on a
+	 * discrete GPU (cpu_cacheable 0) with -ENOTSUPP (t_gpusim_branch). */
+	if (gs_branch() == 550)
+		ok(tc_get(tc, p, GPU_PAGE, GPUSIM_TC_PERSISTENT | GPUSIM_TC_BAD_FLAGS, &q) == -EINVAL,
+		   "get_pages_persistent with flags 1: -EINVAL (branch 550)");
+	else
+		ok(tc_get(tc, p, GPU_PAGE, GPUSIM_TC_PERSISTENT | GPUSIM_TC_BAD_FLAGS, &q) == -524,
+		   "get_pages_persistent with flags 1 (FORCE_BAR1) on a discrete GPU: -ENOTSUPP (branch %d)",
+		   gs_branch());
 	ok(dbg_get("live_pins") == 0, "nothing pinned by the refused calls");
 	free(heap);
 }
