@@ -803,7 +803,7 @@ static int gs_get_pages(struct ref_ctx *c, u64 core_context)
 		ret = p2p_get_persistent(c->va, c->len, &pt, 0);
 	if (ret)
 		goto out;
-	if (!REF_P2P_VERSION_OK(pt->version, REF_P2P_PAGE_TABLE_VERSION) ||
+	if (!REF_P2P_PAGE_TABLE_OK(pt->version) ||
 	    pt->page_size != REF_P2P_PAGE_SIZE_64KB ||
 	    pt->entries != c->len / GS_PAGE) {
 		pr_err("gpusim page table version %#x, page size %u, %u entries: not what this client understands\n",

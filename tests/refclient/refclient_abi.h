@@ -66,9 +66,14 @@ static_assert(offsetof(struct ref_peer_client_ex, flags) == 144);
  * exports are GPL-only), so the client loads without gpusim when it does
  * not use it.
  */
-#define REF_P2P_PAGE_TABLE_VERSION 0x00010002
+#define REF_P2P_PAGE_TABLE_VERSION 0x00010002	/* 550-575: layout 1.2 */
+#define REF_P2P_PAGE_TABLE_VERSION_V2 0x00020000	/* 580+: 1.2 plus a trailing u32 flags */
 #define REF_P2P_VERSION_OK(v, want) \
 	(((v) >> 16) == ((want) >> 16) && ((v) & 0xffff) >= ((want) & 0xffff))
+/* Either layout: the client reads only the fields both have. */
+#define REF_P2P_PAGE_TABLE_OK(v) \
+	(REF_P2P_VERSION_OK(v, REF_P2P_PAGE_TABLE_VERSION) || \
+	 REF_P2P_VERSION_OK(v, REF_P2P_PAGE_TABLE_VERSION_V2))
 #define REF_P2P_PAGE_SIZE_64KB 1
 
 struct ref_p2p_page {
