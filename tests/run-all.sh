@@ -20,6 +20,8 @@
 # PEERMEM_RM_LOCK_RUN=1 also runs the peermem and e2e areas with gpusim's RM
 # lock (GPUSIM_RM_LOCK=1, docs/gpusim.md), in a VM boot of their own.
 # PEERMEM_VM_SLOTS=N runs the guest suite's VM boots N at a time (default 2).
+# The peermem and e2e areas run twice: against gpusim's default NVIDIA branch
+# (595) and against 550 (PEERMEM_OLD_BRANCH; none skips that).
 #
 # Every test prints TAP; every `ok`/`not ok` line is counted, `ok ... # SKIP`
 # as skipped. Each build step is one result too, so a broken build is a
@@ -163,33 +165,32 @@ est() { # est TEST: its last recorded time in seconds (20 if none)
 	local l=${1#tests/}; l=${l%%/}
 	awk -F'\t' -v l="$l" '$1 == l { t = $2 } END { print (t == "" ? 20 : t) }' "$times" 2>/dev/null || echo 20
 }
-# Each job: "SLOT<TAB>DESCRIPTION<TAB>ENV (space-separated)<TAB>TESTS (space-separated)".
-jobs=() load=()
+# Each job: "SLOT|DESCRIPTION|ENV (space-separated)|TESTS (space-separated)".
+# The extra jobs (fixed sets of tests with an environment of their own) are
+# placed first, each on the lightest slot; then the suite's tests are dealt,
+# longest first, to the lightest slot, one suite job per slot.
+jobs=() extra=() load=()
 for ((i = 0; i < slots; i++)); do load[i]=0; done
 lightest() { local i b=0; for ((i = 1; i < slots; i++)); do [ "${load[i]}" -lt "${load[b]}" ] && b=$i; done; echo "$b"; }
-# add_job DESC ENV TESTS...: one boot of its own, on the lightest slot.
-add_job() {
-	local desc=$1 env=$2 t sum=0 b; shift 2
-	for t in "$@"; do sum=$((sum + $(est "$t"))); done
-	b=$(lightest); load[b]=$((load[b] + sum + 40))
-	jobs+=("$b"$'\t'"$desc"$'\t'"$env"$'\t'"$*")
-}
-if [ ${#gtests[@]} -gt 0 ]; then
-	# Deal the suite's tests to one job per slot, longest first.
-	declare -A part=()
-	sorted=$(for t in "${gtests[@]}"; do printf '%s %s\n' "$(est "$t")" "$t"; done | sort -k1,1nr -k2)
-	dealt=()
-	for ((i = 0; i < slots; i++)); do dealt[i]=0; done
-	while read -r w t; do
-		b=0; for ((i = 1; i < slots; i++)); do [ "${dealt[i]}" -lt "${dealt[b]}" ] && b=$i; done
-		dealt[b]=$((dealt[b] + w)); part[$b]+="$t "
-	done <<<"$sorted"
-	for ((i = 0; i < slots; i++)); do
-		[ -n "${part[$i]:-}" ] || continue
-		# Keep each job's tests in the suite's order (area, then name).
-		read -ra ts <<<"$(tr ' ' '\n' <<<"${part[$i]}" | grep . | sort | tr '\n' ' ')"
-		add_job "guest tests, part $((i + 1)) of $slots (scripts/vm.sh)" "" "${ts[@]}"
+weigh() { local t sum=40; for t in "$@"; do sum=$((sum + $(est "$t"))); done; echo "$sum"; } # 40: a boot
+# extra_job DESC ENV TESTS...
+extra_job() { local desc=$1 env=$2; shift 2; extra+=("$desc"'|'"$env"'|'"$*"); }
+
+# gpusim emulates the newest NVIDIA branch by default (595: page tables of
+# layout 2.0); the peermem and e2e areas run once more against 550 (layout
+# 1.2, the older rules; docs/gpusim.md, "Driver branches"), so both ABIs are
+# proven on every run. PEERMEM_OLD_BRANCH=none skips it, another value picks
+# the branch.
+old_branch=${PEERMEM_OLD_BRANCH:-550}
+if [ "$old_branch" != none ]; then
+	[[ $old_branch =~ ^[0-9]+$ ]] || pm_die "PEERMEM_OLD_BRANCH=$old_branch: want a gpusim branch (550, 570, 580, 595) or none"
+	btests=()
+	for a in peermem e2e; do
+		wanted "$a" || continue
+		for t in tests/guest/$a/t_*; do [ -f "$t" ] && [ -x "$t" ] && btests+=("$t"); done
 	done
+	[ ${#btests[@]} -gt 0 ] && extra_job "peermem and e2e against NVIDIA $old_branch (gpusim branch=$old_branch; scripts/vm.sh)" \
+		"GPUSIM_ARGS=branch=$old_branch" "${btests[@]}"
 fi
 
 # peermem and e2e again with gpusim's RM lock (PEERMEM_RM_LOCK_RUN=1; see
@@ -200,8 +201,31 @@ if [ "${PEERMEM_RM_LOCK_RUN:-0}" = 1 ]; then
 		wanted "$a" || continue
 		for t in tests/guest/$a/t_*; do [ -f "$t" ] && [ -x "$t" ] && rtests+=("$t"); done
 	done
-	[ ${#rtests[@]} -gt 0 ] && add_job "guest tests with GPUSIM_RM_LOCK=1 (scripts/vm.sh)" "GPUSIM_RM_LOCK=1" "${rtests[@]}"
+	[ ${#rtests[@]} -gt 0 ] && extra_job "guest tests with GPUSIM_RM_LOCK=1 (scripts/vm.sh)" "GPUSIM_RM_LOCK=1" "${rtests[@]}"
 fi
+
+xslot=()
+for ((j = 0; j < ${#extra[@]}; j++)); do
+	IFS='|' read -r desc env ts <<<"${extra[j]}"
+	read -ra tl <<<"$ts"
+	b=$(lightest); xslot[j]=$b; load[b]=$((load[b] + $(weigh "${tl[@]}")))
+done
+if [ ${#gtests[@]} -gt 0 ]; then
+	declare -A part=()
+	sorted=$(for t in "${gtests[@]}"; do printf '%s %s\n' "$(est "$t")" "$t"; done | sort -k1,1nr -k2)
+	for ((i = 0; i < slots; i++)); do load[i]=$((load[i] + 40)); done
+	while read -r w t; do
+		b=$(lightest); load[b]=$((load[b] + w)); part[$b]+="$t "
+	done <<<"$sorted"
+	for ((i = 0; i < slots; i++)); do
+		[ -n "${part[$i]:-}" ] || continue
+		# Keep each job's tests in the suite's order (area, then name).
+		ts=$(tr ' ' '\n' <<<"${part[$i]}" | grep . | sort | tr '\n' ' ')
+		jobs+=("$i"'|'"guest tests, part $((i + 1)) of $slots (scripts/vm.sh)"'|''|'"$ts")
+	done
+fi
+for ((j = 0; j < ${#extra[@]}; j++)); do jobs+=("${xslot[j]}"'|'"${extra[j]}"); done
+pm_log "run-all: VM slots' estimated loads (s): ${load[*]}"
 
 if [ ${#jobs[@]} -gt 0 ]; then
 	if [ -z "$kdir" ]; then
@@ -216,7 +240,7 @@ if [ ${#jobs[@]} -gt 0 ]; then
 		for ((i = 0; i < slots; i++)); do
 			(
 				for ((j = 0; j < ${#jobs[@]}; j++)); do
-					IFS=$'\t' read -r sl desc env ts <<<"${jobs[j]}"
+					IFS='|' read -r sl desc env ts <<<"${jobs[j]}"
 					[ "$sl" = "$i" ] || continue
 					eargs=(); for e in $env; do eargs+=(--env "$e"); done
 					read -ra tl <<<"$ts"
@@ -231,7 +255,7 @@ if [ ${#jobs[@]} -gt 0 ]; then
 		wait
 		exec 8>&-
 		for ((j = 0; j < ${#jobs[@]}; j++)); do
-			IFS=$'\t' read -r sl desc env ts <<<"${jobs[j]}"
+			IFS='|' read -r sl desc env ts <<<"${jobs[j]}"
 			echo "# $desc"
 			cat "$jdir/$j.out"; sed 's/^/# /' "$jdir/$j.err" | grep -E 'vm: (guest up|booting|FAILED)' || true
 			count "$jdir/$j.out"
