@@ -6,6 +6,7 @@
 #
 #   tests/nvpeermem/build.sh [--kdir DIR] [--llvm SUFFIX]
 #   make -C tests/nvpeermem [KDIR=DIR] [LLVM=SUFFIX]     (the same)
+#   tests/nvpeermem/build.sh --import-git DIR --tag TAG  (see 6.; builds nothing)
 #
 # 1. Finds Debian's nvidia-open-kernel-dkms $NV_REF_VERSION (default
 #    550.163.01) in $PEERMEM_CACHE/debs, or downloads it there with apt-get
@@ -22,6 +23,19 @@
 #    is an error.
 # 5. Copies the module to tests/nvpeermem/nvidia-peermem.ko (git-ignored),
 #    where the guest finds it (it sees the host's / read-only).
+# 6. Newer nvidia-peermem.c, from NVIDIA's open-gpu-kernel-modules (not
+#    packaged by Debian): for each tag in $NV_GIT_VERSIONS (default
+#    595.45.04) whose source is in $PEERMEM_CACHE/nvidia-src/<tag>/, builds it
+#    the same way (steps 3-4) into tests/nvpeermem/<major>/nvidia-peermem.ko
+#    (595/, git-ignored). Where the source is absent (CI cannot reach
+#    NVIDIA's repository) it says so in one line and skips it: not an error.
+#    The source gets there, from a clone of that repository (bare or not),
+#    with
+#      tests/nvpeermem/build.sh --import-git DIR --tag 595.45.04
+#    which copies kernel-open/nvidia-peermem/{nvidia-peermem.c,nv-p2p.h,
+#    peer_mem.h} of that tag, takes NV_VERSION_STRING from the tag's
+#    version.mk, and checks that every header nvidia-peermem.c includes is
+#    there (conftest.h is written per build, as in 3.).
 #
 # Nothing of NVIDIA's is ever written into the repository except that
 # built, ignored .ko. Exit status 0 on success; on failure the last lines
@@ -32,13 +46,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$PEERMEM_ROOT/scripts/nvidia-deb.sh"
 
 NV_REF_VERSION=${NV_REF_VERSION:-$NV_DEB_DEFAULT_VERSION}
-kdir=${KDIR:-} llvm=${LLVM:-}
+NV_GIT_VERSIONS=${NV_GIT_VERSIONS-595.45.04}
+kdir=${KDIR:-} llvm=${LLVM:-} import_git= import_tag=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--kdir) kdir=${2:-}; shift 2 ;;
 	--llvm) llvm=${2:-}; shift 2 ;;
+	--import-git) import_git=${2:-}; shift 2 ;;
+	--tag) import_tag=${2:-}; shift 2 ;;
 	-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) echo "nvpeermem: error: unknown argument '$1'; usage: tests/nvpeermem/build.sh [--kdir DIR] [--llvm SUFFIX]" >&2; exit 2 ;;
+	*) echo "nvpeermem: error: unknown argument '$1'; usage: tests/nvpeermem/build.sh [--kdir DIR] [--llvm SUFFIX] | --import-git DIR --tag TAG" >&2; exit 2 ;;
 	esac
 done
 
@@ -56,6 +73,51 @@ put_if_changed() {
 	cat > "$tmp" || { rm -f "$tmp"; return 1; }
 	if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv -f "$tmp" "$1"; fi
 }
+
+# --- 6a. --import-git: a newer source into the cache ---------------------------
+# import_src DIR TAG: kernel-open/nvidia-peermem/ of TAG in the git
+# repository DIR into $PEERMEM_CACHE/nvidia-src/TAG/ (never the repository).
+import_src() {
+	local git=$1 tag=$2 dst tmp commit f ver incs h
+	command -v git >/dev/null 2>&1 || fail "'git' not found" "install git"
+	[ -n "$git" ] && [ -n "$tag" ] ||
+		fail "--import-git needs a repository and --tag TAG" \
+			"tests/nvpeermem/build.sh --import-git <clone of NVIDIA/open-gpu-kernel-modules> --tag 595.45.04"
+	case "$tag" in
+	*/*|.*|*[!A-Za-z0-9._-]*) fail "'$tag' is not a tag name of NVIDIA's releases" "pass a tag such as 595.45.04" ;;
+	esac
+	commit=$(git -C "$git" rev-parse -q --verify "refs/tags/$tag^{commit}" 2>/dev/null) ||
+		fail "$git has no tag $tag (or is not a git repository)" \
+			"point --import-git at a clone of https://github.com/NVIDIA/open-gpu-kernel-modules with its tags"
+	dst=$PEERMEM_CACHE/nvidia-src/$tag tmp=$PEERMEM_CACHE/nvidia-src/$tag.tmp.$$
+	rm -rf "$tmp" && mkdir -p "$tmp" || fail "cannot create $tmp" "check the permissions of $PEERMEM_CACHE"
+	for f in nvidia-peermem.c nv-p2p.h peer_mem.h; do
+		git -C "$git" show "$commit:kernel-open/nvidia-peermem/$f" > "$tmp/$f" 2>/dev/null ||
+			{ rm -rf "$tmp"; fail "$tag has no kernel-open/nvidia-peermem/$f" \
+				"that tag predates the layout this script knows; update tests/nvpeermem/build.sh"; }
+	done
+	incs=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$tmp/nvidia-peermem.c")
+	for h in $incs; do
+		[ "$h" = conftest.h ] || [ -f "$tmp/$h" ] ||
+			{ rm -rf "$tmp"; fail "nvidia-peermem.c of $tag includes \"$h\", which this import does not copy" \
+				"add $h to the files --import-git copies in tests/nvpeermem/build.sh"; }
+	done
+	# NV_VERSION_STRING: what NVIDIA's build gives it (version.mk's NVIDIA_VERSION).
+	ver=$(git -C "$git" show "$commit:version.mk" 2>/dev/null |
+		sed -n 's/^NVIDIA_VERSION[[:space:]]*=[[:space:]]*\([^[:space:]]*\).*/\1/p' | head -n1)
+	[ -n "$ver" ] || ver=$tag
+	printf '%s\n' "$ver" > "$tmp/nv_version_string"
+	printf 'repository %s\ntag %s\ncommit %s\nfiles nvidia-peermem.c nv-p2p.h peer_mem.h\n' \
+		"$git" "$tag" "$commit" > "$tmp/origin"
+	rm -rf "$dst" && mv "$tmp" "$dst" && touch "$dst/.imported" ||
+		fail "cannot move $tmp to $dst" "check the permissions of $PEERMEM_CACHE"
+	say "imported: $tag (commit ${commit:0:12}) from $git into $dst: nvidia-peermem.c (sha256 $(sha256sum "$dst/nvidia-peermem.c" | cut -c1-16)), includes: $(echo $incs), NV_VERSION_STRING $ver"
+	say "next:     make -C tests/nvpeermem (builds it beside the $NV_REF_VERSION one)"
+}
+if [ -n "$import_git$import_tag" ]; then
+	import_src "$import_git" "$import_tag"
+	exit 0
+fi
 
 for c in dpkg-deb tar sha256sum make modinfo flock; do
 	command -v "$c" >/dev/null 2>&1 || fail "'$c' not found" "run scripts/setup-host.sh"
@@ -128,21 +190,27 @@ done
 		"build gpusim first: make -C tests/gpusim KDIR=$kdir LLVM=$llvm"
 say "kernel: $kdir (release $krel, LLVM=$llvm); nvidia_p2p_* from $gsyms"
 
-key=$(printf '%s\n' "$kdir" "$krel" "$NV_DEBVER" "$llvm" | sha256sum | cut -c1-12)
-b=$PEERMEM_CACHE/nvpeermem/build-$key
-mkdir -p "$b" || fail "cannot create $b" "check the permissions of $PEERMEM_CACHE"
-for f in nvidia-peermem.c $incs; do
-	[ "$f" = conftest.h ] && continue
-	put_if_changed "$b/$f" < "$src/$f" || fail "cannot write $b/$f" "check the free space in $PEERMEM_CACHE"
-done
-put_if_changed "$b/conftest.h" <<'EOF'
+# build_ko SRC NVVER KEYID DST: nvidia-peermem.c and its headers in SRC,
+# built as NVIDIA's build would (NV_VERSION_STRING NVVER) in the cache,
+# then copied to DST. KEYID names the source in the build directory's key.
+build_ko() {
+	local src=$1 nvver=$2 keyid=$3 dst=$4 key b f log ko vm incs
+	incs=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$src/nvidia-peermem.c")
+	key=$(printf '%s\n' "$kdir" "$krel" "$keyid" "$llvm" | sha256sum | cut -c1-12)
+	b=$PEERMEM_CACHE/nvpeermem/build-$key
+	mkdir -p "$b" || fail "cannot create $b" "check the permissions of $PEERMEM_CACHE"
+	for f in nvidia-peermem.c $incs; do
+		[ "$f" = conftest.h ] && continue
+		put_if_changed "$b/$f" < "$src/$f" || fail "cannot write $b/$f" "check the free space in $PEERMEM_CACHE"
+	done
+	put_if_changed "$b/conftest.h" <<'EOF'
 /* Written by peermem's tests/nvpeermem/build.sh: the result of NVIDIA's
  * conftest "ib_peer_memory_symbols" for the rig kernel (its Module.symvers
  * exports ib_register_peer_memory_client and ib_unregister_peer_memory_client). */
 #define NV_MLNX_IB_PEER_MEM_SYMBOLS_PRESENT 1
 EOF
-# The flags nvidia-peermem.Kbuild and the package's Kbuild give it.
-put_if_changed "$b/Kbuild" <<EOF
+	# The flags nvidia-peermem.Kbuild and the package's Kbuild give it.
+	put_if_changed "$b/Kbuild" <<EOF
 # Written by peermem's tests/nvpeermem/build.sh: nvidia-peermem.ko alone,
 # with the flags of the package's Kbuild and nvidia-peermem.Kbuild.
 obj-m := nvidia-peermem.o
@@ -150,26 +218,43 @@ ccflags-y += -I\$(src) -DNV_VERSION_STRING=\\"$nvver\\"
 ccflags-y += -UDEBUG -U_DEBUG -DNDEBUG -DNV_BUILD_MODULE_INSTANCES=0
 EOF
 
-# --- 4. the build ------------------------------------------------------------
-say "building in $b"
-log=$b/make.log
-if ! make -C "$kdir" M="$b" LLVM="$llvm" KBUILD_EXTRA_SYMBOLS="$gsyms" modules >"$log" 2>&1; then
-	tail -n 25 "$log" | sed 's/^/nvpeermem: | /' >&2
-	fail "building nvidia-peermem.c against $kdir failed (log: $log)" \
-		"if the rig kernel changed its peer-memory ABI, that is what to fix: nvidia-peermem.c is NVIDIA's and must build unchanged"
-fi
-if grep -E 'undefined!' "$log" >&2; then
-	fail "modpost reported unresolved symbols for nvidia-peermem.ko (log: $log)" \
-		"the rig kernel or gpusim must export what nvidia-peermem.c calls, under the same names"
-fi
-ko=$b/nvidia-peermem.ko
-[ -f "$ko" ] || fail "the build left no $ko (log: $log)" "read the log"
-vm=$(modinfo -F vermagic "$ko" | cut -d' ' -f1)
-[ "$vm" = "$krel" ] || fail "$ko is for kernel $vm, not $krel" "delete $b and rerun"
+	# --- 4. the build ----------------------------------------------------------
+	say "building in $b"
+	log=$b/make.log
+	if ! make -C "$kdir" M="$b" LLVM="$llvm" KBUILD_EXTRA_SYMBOLS="$gsyms" modules >"$log" 2>&1; then
+		tail -n 25 "$log" | sed 's/^/nvpeermem: | /' >&2
+		fail "building nvidia-peermem.c $nvver against $kdir failed (log: $log)" \
+			"if the rig kernel changed its peer-memory ABI, that is what to fix: nvidia-peermem.c is NVIDIA's and must build unchanged"
+	fi
+	if grep -E 'undefined!' "$log" >&2; then
+		fail "modpost reported unresolved symbols for nvidia-peermem.ko $nvver (log: $log)" \
+			"the rig kernel or gpusim must export what nvidia-peermem.c calls, under the same names"
+	fi
+	ko=$b/nvidia-peermem.ko
+	[ -f "$ko" ] || fail "the build left no $ko (log: $log)" "read the log"
+	vm=$(modinfo -F vermagic "$ko" | cut -d' ' -f1)
+	[ "$vm" = "$krel" ] || fail "$ko is for kernel $vm, not $krel" "delete $b and rerun"
 
-# --- 5. where the guest finds it ----------------------------------------------
-dst=$here/nvidia-peermem.ko
-cp -f "$ko" "$dst.tmp.$$" && mv -f "$dst.tmp.$$" "$dst" ||
-	fail "cannot copy $ko to $dst" "check the permissions of $here"
-say "built:  $ko (module $(modinfo -F name "$ko"), version $(modinfo -F version "$ko"), vermagic $vm)"
-say "ready:  $dst (git-ignored; tests/guest/e2e/t_e2e_nvpeermem loads it)"
+	# --- 5. where the guest finds it --------------------------------------------
+	mkdir -p "${dst%/*}" || fail "cannot create ${dst%/*}" "check the permissions of $here"
+	cp -f "$ko" "$dst.tmp.$$" && mv -f "$dst.tmp.$$" "$dst" ||
+		fail "cannot copy $ko to $dst" "check the permissions of $here"
+	say "built:  $ko (module $(modinfo -F name "$ko"), version $(modinfo -F version "$ko"), vermagic $vm)"
+	say "ready:  $dst (git-ignored; tests/guest/e2e/t_e2e_nvpeermem loads it)"
+}
+
+build_ko "$src" "$nvver" "$NV_DEBVER" "$here/nvidia-peermem.ko"
+
+# --- 6. newer versions from NVIDIA's repository, where imported ---------------
+for tag in $NV_GIT_VERSIONS; do
+	gsrc=$PEERMEM_CACHE/nvidia-src/$tag
+	if [ ! -f "$gsrc/.imported" ]; then
+		say "nvidia-peermem $tag: source not in $PEERMEM_CACHE/nvidia-src (NVIDIA's public open-gpu-kernel-modules is not reachable from CI); skipped"
+		continue
+	fi
+	gver=$(cat "$gsrc/nv_version_string" 2>/dev/null)
+	[ -n "$gver" ] || fail "$gsrc has no nv_version_string" \
+		"import it again: tests/nvpeermem/build.sh --import-git DIR --tag $tag"
+	say "source: $gsrc (commit $(sed -n 's/^commit //p' "$gsrc/origin" | cut -c1-12)): nvidia-peermem.c (sha256 $(sha256sum "$gsrc/nvidia-peermem.c" | cut -c1-16)), NV_VERSION_STRING $gver"
+	build_ko "$gsrc" "$gver" "git-$tag" "$here/${tag%%.*}/nvidia-peermem.ko"
+done

@@ -61,6 +61,12 @@ static const struct e2e_live nvpeermem_live[] = {
 	{ NULL, NULL, 0, 0 },
 };
 
+/* Why a 595 run is skipped: its module is built only from an imported source. */
+#define NVPM_ABSENT(mode)							\
+	"nvidia-peermem 595.45.04, " mode ": tests/nvpeermem/595/nvidia-peermem.ko is not built: "	\
+	"its source is not in $PEERMEM_CACHE/nvidia-src (NVIDIA's public open-gpu-kernel-modules "	\
+	"is not reachable from CI; import it with tests/nvpeermem/build.sh --import-git DIR --tag 595.45.04)"
+
 const struct e2e_client e2e_clients[] = {
 	{
 		.label = "peermem",
@@ -94,6 +100,53 @@ const struct e2e_client e2e_clients[] = {
 		.live = nvpeermem_live,
 		.live_what = "its module refcnt (one reference per acquired range)",
 		.sg_per_gpu_page = 1,	/* nv_dma_map: one entry per GPU page */
+	},
+	/*
+	 * nvidia-peermem 595.45.04 from NVIDIA's open-gpu-kernel-modules,
+	 * unmodified, where its source was imported into the cache
+	 * (tests/nvpeermem/build.sh --import-git; CI cannot reach NVIDIA's
+	 * repository). Its default, persistent_api_support=1, registers only
+	 * one client, the persistent ("nc") one, under the name nv_mem, with
+	 * no invalidation callback: it pins with get_pages_persistent. Its
+	 * acquire (nv_mem_acquire_nc) also takes a reference on its module
+	 * per range, dropped in release, as 550's.
+	 */
+	{
+		.label = "nvpeermem595",
+		.ko = "tests/nvpeermem/595/nvidia-peermem.ko",
+		.module = "nvidia_peermem",
+		.args = "",
+		.core_name = "nv_mem",
+		.dbg = NULL,
+		.live = nvpeermem_live,
+		.live_what = "its module refcnt (one reference per acquired range)",
+		.sg_per_gpu_page = 1,
+		.persistent = 1,
+		.version = "595.",
+		.other_core = "nv_mem_nc",
+		.other_core_present = 0,
+		.absent_why = NVPM_ABSENT("persistent_api_support=1 (default)"),
+	},
+	/*
+	 * The same module with persistent_api_support=0 (legacy): nv_mem
+	 * invalidating with PEER_MEM_INVALIDATE_UNMAPS, registered first, so
+	 * it takes every MR, plus the persistent nv_mem_nc, as 550.
+	 */
+	{
+		.label = "nvpeermem595-legacy",
+		.ko = "tests/nvpeermem/595/nvidia-peermem.ko",
+		.module = "nvidia_peermem",
+		.args = "persistent_api_support=0",
+		.core_name = "nv_mem",
+		.dbg = NULL,
+		.live = nvpeermem_live,
+		.live_what = "its module refcnt (one reference per acquired range)",
+		.sg_per_gpu_page = 1,
+		.persistent = 0,
+		.version = "595.",
+		.other_core = "nv_mem_nc",
+		.other_core_present = 1,
+		.absent_why = NVPM_ABSENT("persistent_api_support=0"),
 	},
 	{ .label = NULL },
 };

@@ -16,7 +16,9 @@
  *  - ibv_dereg_mr balances every counter;
  *  - GPUSIM_IOC_FREE with MRs live invalidates them: the next RDMA WRITE,
  *    READ and local use complete in error, the memory is not touched, and
- *    ibv_dereg_mr still succeeds;
+ *    ibv_dereg_mr still succeeds; for a persistent client (no invalidation,
+ *    e2e.h) it invalidates nothing instead: the pins keep the memory, RDMA
+ *    through the MRs keeps reaching it, and ibv_dereg_mr releases it;
  *  - a process that exits holding a GPU MR (either teardown order) leaves
  *    nothing behind;
  *  - at the end gpusim is idle, the core's alloc/dealloc counts match,
@@ -50,18 +52,21 @@ static const char *root;
 /* ---- gpusim's counters */
 
 struct gs {
-	long long allocs, pins, vmas, dmas, mem, stale, get_pages;
+	long long allocs, pins, ppins, vmas, dmas, mem, stale, get_pages, gpp, fcb;
 };
 
 static void gs_read(struct gs *g)
 {
 	g->allocs = read_ll(GSDBG "live_allocs");
 	g->pins = read_ll(GSDBG "live_pins");
+	g->ppins = read_ll(GSDBG "live_persistent_pins");
 	g->vmas = read_ll(GSDBG "live_vmas");
 	g->dmas = read_ll(GSDBG "live_dma_mappings");
 	g->mem = read_ll(GSDBG "live_mem_bytes");
 	g->stale = read_ll(GSDBG "stale_calls");
 	g->get_pages = read_ll(GSDBG "calls/get_pages");
+	g->gpp = read_ll(GSDBG "calls/get_pages_persistent");
+	g->fcb = read_ll(GSDBG "free_callbacks");
 }
 
 static int gs_idle(void)
@@ -224,6 +229,22 @@ static void klog_diag(void)
 	    pat);
 }
 
+/* Lines of the kernel log matching the extended regex @re (-1: no dmesg). */
+static long long dmesg_count(const char *re)
+{
+	char cmd[300], line[64] = "";
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "dmesg | grep -cE '%s'", re);
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	if (!fgets(line, sizeof(line), f))
+		line[0] = 0;
+	pclose(f);
+	return line[0] ? atoll(line) : -1;
+}
+
 /* ---- modules */
 
 /*
@@ -367,7 +388,110 @@ static void exit_test(int gpusim_first)
 		state_diag();
 }
 
+/*
+ * A persistent client (e2e.h): GPUSIM_IOC_FREE with @mr (the whole
+ * allocation) and @smr (a sub-range) registered. The pins are persistent,
+ * so nobody is called back and nothing is invalidated; as NVIDIA's driver
+ * dups the RM memory object for a persistent pin (the memory is freed at
+ * the last put_pages_persistent), gpusim's pin holds a reference on the
+ * allocation: the memory stays, and RDMA through the MRs keeps reaching it,
+ * until ibv_dereg_mr. The CPU mapping (also a reference) is dropped on the
+ * way to show that the pins alone keep it. Ends with both MRs deregistered
+ * and @g unmapped.
+ */
+static void free_persistent(struct conn *c, struct ibv_mr *hmr, struct ibv_mr *mr,
+			    struct ibv_mr *smr, struct gpu_buf *g, uint8_t *hbuf,
+			    uint8_t *expect)
+{
+	uintptr_t va = (uintptr_t)g->p;
+	struct peer_stats s0, s1;
+	struct gs g0, g1;
+	size_t off, n;
+	int rc, done;
+
+	cstats(&s0);
+	gs_read(&g0);
+	rc = gpu_free(g);
+	ok(rc == 0, "GPUSIM_IOC_FREE with both MRs still registered (what cudaFree does): %s",
+	   rc ? strerror(-rc) : "0");
+	usleep(500000);	/* anything asynchronous would show by now */
+	cstats(&s1);
+	gs_read(&g1);
+	ok(s1.free_callbacks == s0.free_callbacks && s1.invalidated_mrs == s0.invalidated_mrs &&
+	   s1.dealloc_mrs == s0.dealloc_mrs && g1.fcb == g0.fcb,
+	   "the free invalidated nothing (persistent pins have no free callback): gpusim free_callbacks +%lld, core num_free_callbacks +%lld, num_invalidated_mrs +%lld, num_dealloc_mrs +%lld",
+	   g1.fcb - g0.fcb, s1.free_callbacks - s0.free_callbacks,
+	   s1.invalidated_mrs - s0.invalidated_mrs, s1.dealloc_mrs - s0.dealloc_mrs);
+	ok(g1.allocs == g0.allocs - 1 && g1.ppins == 2 && g1.pins == g0.pins &&
+	   g1.dmas == g0.dmas && g1.mem == g0.mem && g1.mem > 0 &&
+	   client_live_is(2, gpu_pages(va, GPU_LEN) + gpu_pages(va + SUB_OFF, SUB_LEN), 1),
+	   "the allocation is gone (live_allocs %lld -> %lld) but both page tables stay pinned and DMA-mapped (live_persistent_pins %lld, live_dma_mappings %lld), the memory stays (live_mem_bytes %lld) and %s still holds both registrations",
+	   g0.allocs, g1.allocs, g1.ppins, g1.dmas, g1.mem, C->label);
+	if (g1.ppins != 2)
+		state_diag();
+
+	/* RDMA through the MRs: it still reaches the (old, pinned) memory. */
+	off = 4096 + 3, n = 8192;
+	memcpy(expect, g->p, GPU_LEN);
+	fill(hbuf, n, 0x7e2e0017);
+	memcpy(expect + off, hbuf, n);
+	rc = rdma_op(c, IBV_WR_RDMA_WRITE, hmr, hbuf, n, va + off, mr->rkey);
+	ok(rc == 0 && !memcmp(g->p, expect, GPU_LEN),
+	   "RDMA WRITE through the MR after the free completes (%s) and lands in the freed but still pinned memory (seen through the CPU mapping, which maps the same pages)",
+	   wc_str(rc));
+	if (rc)
+		requeue(c);
+	memset(hbuf, 0x5a, 8192);
+	rc = rdma_op(c, IBV_WR_RDMA_READ, hmr, hbuf, 8192, va + SUB_OFF, smr->rkey);
+	ok(rc == 0 && !memcmp(hbuf, g->p + SUB_OFF, 8192),
+	   "RDMA READ from the freed memory through the sub-range MR completes (%s) with its contents",
+	   wc_str(rc));
+	if (rc)
+		requeue(c);
+	memset(hbuf + 16384, 0, 4096);
+	rc = rdma_op(c, IBV_WR_RDMA_WRITE, mr, g->p, 4096, (uintptr_t)hbuf + 16384,
+		     hmr->rkey);
+	ok(rc == 0 && !memcmp(hbuf + 16384, g->p, 4096),
+	   "the freed GPU MR as local source still works (%s): the host gets the memory's bytes",
+	   wc_str(rc));
+	if (rc)
+		requeue(c);
+
+	/* Without the CPU mapping only the pins hold the memory. */
+	memcpy(expect, g->p, GPU_LEN);
+	gpu_unmap(g);
+	gs_read(&g1);
+	memset(hbuf, 0, GPU_LEN);
+	rc = rdma_op(c, IBV_WR_RDMA_READ, hmr, hbuf, GPU_LEN, va, mr->rkey);
+	ok(g1.vmas == 0 && g1.allocs == 0 && g1.ppins == 2 && g1.mem == g0.mem &&
+	   rc == 0 && !memcmp(hbuf, expect, GPU_LEN),
+	   "after munmap too (live_vmas %lld) the two pins alone keep the memory (live_mem_bytes %lld): an RDMA READ of all %lu bytes through the MR returns its last contents (%s)",
+	   g1.vmas, g1.mem, GPU_LEN, wc_str(rc));
+	if (rc)
+		requeue(c);
+
+	rc = ibv_dereg_mr(smr) | ibv_dereg_mr(mr);
+	ok(rc == 0, "ibv_dereg_mr of both MRs on the freed memory succeeds");
+	done = WAIT_UNTIL(all_released(), 20);
+	gs_read(&g1);
+	ok(done, "ibv_dereg_mr put the persistent pins and only then the memory went (live_mem_bytes %lld): core counters balanced, %s holds nothing, gpusim has no allocation, pin, mapping or memory",
+	   g1.mem, C->label);
+	if (!done)
+		state_diag();
+}
+
 int e2e_run(const struct e2e_client *cl)
+{
+	e2e_check(cl);
+	return finish();
+}
+
+int e2e_finish(void)
+{
+	return finish();
+}
+
+int e2e_check(const struct e2e_client *cl)
 {
 	struct ibv_mr *hmr = NULL, *mr = NULL, *smr = NULL;
 	struct peer_stats s0, s1;
@@ -380,12 +504,26 @@ int e2e_run(const struct e2e_client *cl)
 	char flags[128] = "";
 	size_t off, n;
 
+	long long reclaims0;
+
 	if (!cl)
 		bail("no such client in the adapter table (common.c)");
 	C = cl;
-	/* E2E_ARGS: other insmod arguments, e.g. to watch a configuration fail. */
+	/*
+	 * E2E_ARGS: other insmod arguments, e.g. to watch a configuration
+	 * fail (for every run of a program that runs several).
+	 */
 	args = getenv("E2E_ARGS") ? getenv("E2E_ARGS") : C->args;
 	root = e2e_root();
+	if (C->absent_why) {
+		char ko[600];
+
+		snprintf(ko, sizeof(ko), "%s/%s", root, C->ko);
+		if (access(ko, R_OK)) {
+			skip("%s", C->absent_why);
+			return tap_fail;
+		}
+	}
 	sysfs_knob();
 	diag("end-to-end test with the %s client (%s%s%s, core name %s), repository %s",
 	     C->label, C->ko, *args ? " " : "", args, C->core_name, root);
@@ -397,10 +535,11 @@ int e2e_run(const struct e2e_client *cl)
 	memset(hbuf, 0, HOST_LEN);
 
 	rxe_up();
+	reclaims0 = dmesg_count("gpusim: unloading with");
 	gs_loaded = gpusim_load();
 	ok(gs_loaded >= 0, "gpusim (the emulated GPU) is loaded");
 	if (gs_loaded < 0)
-		return finish();
+		return tap_fail;
 	ok(gs_idle(), "gpusim starts with no allocation, pin or mapping");
 	gs_set_rm_lock();
 	gs_read(&gstart);
@@ -411,6 +550,13 @@ int e2e_run(const struct e2e_client *cl)
 		klog_diag();
 		goto unload_gpusim;
 	}
+	if (C->version) {
+		char v[64];
+
+		read_line(v, sizeof(v), "/sys/module/%s/version", C->module);
+		ok(!strncmp(v, C->version, strlen(C->version)),
+		   "the loaded %s is version %s (want %s*)", C->module, v, C->version);
+	}
 	ok(core_has_client(),
 	   "%s registered with the peer-memory core (" CORE_DBG "%s exists)",
 	   C->label, C->core_name);
@@ -420,9 +566,24 @@ int e2e_run(const struct e2e_client *cl)
 		klog_diag();
 		goto unload;
 	}
+	if (C->other_core) {
+		char d[300];
+		int there;
+
+		snprintf(d, sizeof(d), CORE_DBG "%s", C->other_core);
+		there = access(d, F_OK) == 0;
+		ok(there == C->other_core_present, "%s %s a second client %s (%s %s)",
+		   C->module, C->other_core_present ? "registers" : "does not register",
+		   C->other_core, d, there ? "exists" : "does not exist");
+	}
 	read_line(flags, sizeof(flags), CORE_DBG "%s/flags", C->core_name);
-	ok(strstr(flags, "invalidate=1") != NULL,
-	   "the core treats %s as invalidating (flags: %s)", C->label, flags);
+	if (C->persistent)
+		ok(strstr(flags, "invalidate=0") != NULL,
+		   "the core treats %s as not invalidating: registered without an invalidation callback, it pins persistently (flags: %s)",
+		   C->label, flags);
+	else
+		ok(strstr(flags, "invalidate=1") != NULL,
+		   "the core treats %s as invalidating (flags: %s)", C->label, flags);
 	ok(!cstats(&s0) && s0.alloc_mrs == 0 && s0.reg_bytes == 0 && sysfs_agrees(0),
 	   "its core counters start at zero (" OFED_SYSFS "%s: %s)",
 	   C->core_name, sysfs_what());
@@ -450,7 +611,7 @@ int e2e_run(const struct e2e_client *cl)
 	gs_read(&g1);
 	ok(hmr && vm_pin_kb() - pin0 == (long)(HOST_LEN / 1024) &&
 	   s1.alloc_mrs == s0.alloc_mrs && s1.free_callbacks == s0.free_callbacks &&
-	   g1.get_pages == g0.get_pages && client_live_is(0, 0, 1),
+	   g1.get_pages == g0.get_pages && g1.gpp == g0.gpp && client_live_is(0, 0, 1),
 	   "ibv_reg_mr on host memory takes the pinning path: VmPin +%lu KiB, %s never asked (core counters, gpusim calls unchanged)",
 	   HOST_LEN / 1024, C->label);
 	if (!hmr)
@@ -486,9 +647,10 @@ int e2e_run(const struct e2e_client *cl)
 	   C->core_name, GPU_LEN, s1.reg_pages - s0.reg_pages,
 	   sg_want(gpu_pages((uintptr_t)gb.p, GPU_LEN)), sysfs_what());
 	ok(client_live_is(1, gpu_pages((uintptr_t)gb.p, GPU_LEN), 1) &&
-	   g1.pins == g0.pins + 1,
-	   "%s holds one registration of %lld GPU pages; gpusim has one page table pinned",
-	   C->label, gpu_pages((uintptr_t)gb.p, GPU_LEN));
+	   g1.pins == g0.pins + 1 && g1.ppins == g0.ppins + !!C->persistent,
+	   "%s holds one registration of %lld GPU pages; gpusim has one page table pinned (%s: live_persistent_pins +%lld)",
+	   C->label, gpu_pages((uintptr_t)gb.p, GPU_LEN),
+	   C->persistent ? "persistent" : "with a free callback", g1.ppins - g0.ppins);
 
 	/* RDMA WRITE host -> GPU, checked through gpusim's CPU mapping. */
 	off = 3 * 4096 + 8, n = 200000;
@@ -598,6 +760,11 @@ int e2e_run(const struct e2e_client *cl)
 		goto free_gpu;
 	if (rc)
 		requeue(&c);
+	if (C->persistent) {
+		free_persistent(&c, hmr, mr, smr, &gb, hbuf, expect);
+		smr = mr = NULL;
+		goto exits;
+	}
 	cstats(&s0);
 	gs_read(&g0);
 	rc = gpu_free(&gb);
@@ -648,6 +815,7 @@ int e2e_run(const struct e2e_client *cl)
 	if (!done)
 		state_diag();
 
+exits:
 	/* Process exit instead of an explicit free, in both teardown orders. */
 	exit_test(1);
 	exit_test(0);
@@ -689,8 +857,8 @@ unload:
 unload_gpusim:
 	if (gs_loaded == 1) {
 		ok(run("rmmod gpusim") == 0, "rmmod gpusim");
-		ok(run("dmesg | grep -q 'gpusim: unloading with'") != 0,
+		ok(dmesg_count("gpusim: unloading with") == reclaims0,
 		   "gpusim did not have to reclaim any pin at unload");
 	}
-	return finish();
+	return tap_fail;
 }

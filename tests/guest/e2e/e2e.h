@@ -54,6 +54,32 @@ struct e2e_client {
 	 * (then from 1 to one per GPU page).
 	 */
 	int sg_per_gpu_page;
+	/*
+	 * 1: the client registered as core_name pins with
+	 * nvidia_p2p_get_pages_persistent and registers no invalidation
+	 * callback (nvidia-peermem 560+ with persistent_api_support=1). Then
+	 * the core does not treat it as invalidating, and freeing the GPU
+	 * memory under a live MR invalidates nothing: the persistent pin
+	 * keeps the memory (NVIDIA's driver dups the RM memory object; gpusim
+	 * holds a reference), so RDMA through the MR keeps reaching the old
+	 * memory until ibv_dereg_mr. 0: pins with a free callback, invalidating.
+	 */
+	int persistent;
+	/*
+	 * Optional checks, each only if set: the module's version
+	 * (/sys/module/<module>/version) starts with @version; a second core
+	 * entry @other_core exists (other_core_present 1) or must not (0).
+	 */
+	const char *version;
+	const char *other_core;
+	int other_core_present;
+	/*
+	 * Set for a module that may legitimately be absent (built only where
+	 * its source is available): if @ko is missing, the whole run is one
+	 * skipped check whose reason is this text. Unset: a missing module
+	 * fails.
+	 */
+	const char *absent_why;
 };
 
 extern const struct e2e_client e2e_clients[];	/* ends with label NULL */
@@ -65,6 +91,14 @@ const char *e2e_root(void);
 
 /* The whole test against @cl: TAP on stdout, exit status. */
 int e2e_run(const struct e2e_client *cl);
+/*
+ * The same checks without the plan line, so that one program can run them
+ * for several clients (or one module in several configurations) in turn;
+ * end with e2e_finish(). Returns the number of failed checks so far.
+ */
+int e2e_check(const struct e2e_client *cl);
+/* The plan line after the e2e_check() calls (tap.h's counters are e2e.c's). */
+int e2e_finish(void);
 
 #define GPU_PAGE (64 * 1024UL)
 #define GSDBG "/sys/kernel/debug/gpusim/"
