@@ -13,6 +13,7 @@
 #define GPUSIM_TEST_H
 
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -358,6 +359,24 @@ static int check_pattern(const void *p, size_t len, uint32_t seed)
 		if (w[i] != (seed ^ (uint32_t)(i * 2654435761u)))
 			return 0;
 	return 1;
+}
+
+/* Modules other than the test client that hold gpusim (peermem, say). */
+static inline int other_holders(void)
+{
+	DIR *d = opendir("/sys/module/gpusim/holders");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.' && strcmp(e->d_name, "gpusim_testclient")) {
+			diag("gpusim is used by %s", e->d_name);
+			n++;
+		}
+	closedir(d);
+	return n;
 }
 
 #endif /* GPUSIM_TEST_H */

@@ -12,29 +12,11 @@
  * each. Skipped when another module (peermem) uses gpusim.
  */
 #include "gpusim_test.h"
-#include <dirent.h>
 
 /* The kernel-internal ENOTSUPP (not EOPNOTSUPP, 95) the driver returns. */
 #define ENOTSUPP_K 524
 #define PT_V1 0x00010002u
 #define PT_V2 0x00020000u
-
-static int other_holders(void)
-{
-	DIR *d = opendir("/sys/module/gpusim/holders");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return 0;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.' && strcmp(e->d_name, "gpusim_testclient")) {
-			diag("gpusim is used by %s", e->d_name);
-			n++;
-		}
-	closedir(d);
-	return n;
-}
 
 static void unload_all(void)
 {

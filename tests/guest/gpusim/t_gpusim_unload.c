@@ -5,24 +5,6 @@
  * Skipped when another module (peermem) uses gpusim.
  */
 #include "gpusim_test.h"
-#include <dirent.h>
-
-static int other_holders(void)
-{
-	DIR *d = opendir("/sys/module/gpusim/holders");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return 0;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.' && strcmp(e->d_name, "gpusim_testclient")) {
-			diag("gpusim is used by %s", e->d_name);
-			n++;
-		}
-	closedir(d);
-	return n;
-}
 
 int main(void)
 {
