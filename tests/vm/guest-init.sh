@@ -126,7 +126,7 @@ mkdir -p "$RES/out"
 # machine. PEERMEM_VM_SLOWDOWN (percent) forces the ratio (the runner's own
 # tests); tests see the ratio as PEERMEM_SLOWDOWN, in percent.
 cal_t0=${EPOCHREALTIME/./}
-for ((i = 0; i < 40000; i++)); do :; done
+for ((i = 0; i < 20000; i++)); do :; done
 cal_ms=$(( (${EPOCHREALTIME/./} - cal_t0) / 1000 ))
 : "${CAL_REF_MS:=0}"
 if [ -n "${PEERMEM_VM_SLOWDOWN:-}" ]; then
