@@ -3,7 +3,9 @@
  * Revocation events (/dev/peermem, include/uapi/peermem.h, docs/module.md
  * "Revocation events"): the device node; the generation page (version,
  * sizes, starts at 0, read-only: PROT_WRITE refused, mprotect to write
- * refused, wrong size or offset refused, not inherited by fork); read()
+ * refused, wrong size or offset refused, not inherited by fork, not
+ * even after madvise(MADV_DOFORK), which fails, and /proc/self/mem
+ * cannot read it); read()
  * sizes (EINVAL) and EAGAIN; for each cause the rig can produce
  * (GPUSIM_IOC_FREE, munmap, mremap, mmap(MAP_FIXED) over the range) the
  * counter moves by exactly one per revoked MR, already when the call that
