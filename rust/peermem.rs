@@ -91,18 +91,6 @@ impl kernel::Module for PeerMem {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let params = params::Params::from_module()?;
         let events = events_enabled()?;
-        // debugfs files may be open when a load fails: removing them
-        // waits for their readers and cuts off later ones.
-        let debugfs = match create_debugfs() {
-            Ok(d) => Some(d),
-            Err(e) => {
-                pr_warn!(
-                    "no debugfs counters (error {}); mount debugfs or enable CONFIG_DEBUG_FS to see them\n",
-                    e.to_errno()
-                );
-                None
-            }
-        };
         // From here on, a failure (`?`) drops `this`, whose `Drop` undoes
         // what was done, in the order unload does.
         let mut this = Self {
@@ -110,7 +98,7 @@ impl kernel::Module for PeerMem {
             core_nc: None,
             core: None,
             watches: None,
-            debugfs,
+            debugfs: None,
             params,
             loaded: false,
         };
@@ -127,12 +115,25 @@ impl kernel::Module for PeerMem {
         if let Some(name) = &this.params.nc_name {
             this.core_nc = Some(register::<NvMemNc>(name.as_str())?);
         }
-        // Last, when nothing can fail any more: an open file of it holds a
-        // module reference, which it gets while the module is still
-        // loading, yet the loader frees a module whose init failed.
+        // The files user space opens come last, when nothing but their own
+        // creation can fail any more: an open file holds a module
+        // reference, which it gets while the module is still loading, yet
+        // the loader frees a module whose init failed, open files or not
+        // (their file operations are the module's). The device may fail,
+        // so it comes before the debugfs files, which never fail the load.
         if events {
             this.events = Some(create_events_device()?);
         }
+        this.debugfs = match create_debugfs() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                pr_warn!(
+                    "no debugfs counters (error {}); mount debugfs or enable CONFIG_DEBUG_FS to see them\n",
+                    e.to_errno()
+                );
+                None
+            }
+        };
         this.loaded = true;
         let params = &this.params;
         pr_info!("version {} loaded\n", kapi::VERSION);

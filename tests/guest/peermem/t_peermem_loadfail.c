@@ -1,20 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * A failed load of peermem must leave no file of it open (issue 21,
- * finding 1). While the module's init runs, the module is COMING: an open
+ * finding 1): neither /dev/peermem nor its debugfs files, whose file
+ * operations are the module's too. While the module's init runs, the module is COMING: an open
  * of /dev/peermem gets its module reference (try_module_get succeeds) and
  * its file operations, yet when init then fails the loader frees the
  * module anyway; a later read, poll or close of that file would run freed
  * code. So /dev/peermem must appear only once nothing of init can fail
  * any more.
  *
- * How: a second thread opens /dev/peermem in a loop while this thread
- * loads peermem.ko with fail-nth failing its n-th allocation (the last
- * allocations of the load first, n going down), until the load fails in
- * the misc device's own registration ("cannot create /dev/peermem"):
- * from there on down the device never existed during a failed load. A
- * file the opener got during a failed load is the bug: the test says so,
- * then polls and closes it (which, with the bug, the kernel reports).
+ * How: a second thread opens /dev/peermem (and a debugfs counter) in a
+ * loop while this thread loads peermem.ko. A first load without a fault
+ * finds where the device appears: the opener reads this thread's fail-nth
+ * when its first open succeeds. Then loads with fail-nth failing each
+ * allocation in turn from 16 before that point to 48 after it: the
+ * device's own registration (which must fail cleanly, "cannot create
+ * /dev/peermem") and whatever init does after it. A file the opener got
+ * during a failed load is the bug: the test says so, then reads, polls
+ * and closes it (which, with the bug, the kernel reports: an Oops or
+ * KASAN). The last few hundred allocations of a load are KUnit's (the
+ * module's suites run when it goes live), which is why the scan does not
+ * simply start from the end.
  */
 #include "peermem_test.h"
 #include "../../../include/uapi/peermem.h"
@@ -22,13 +28,19 @@
 #include <pthread.h>
 #include <sys/syscall.h>
 
-#define MAX_LOADS 300
-#define COARSE 16
+#define BIG 1000000
+#define BEFORE 16
+#define AFTER 48
 #define MARK "cannot create /dev/peermem"
 
 static int fnth;
-static int op_run, op_quit, op_idle, op_fd = -1;
-static long op_opens;
+static int op_run, op_quit, op_idle;
+/* The files the opener opens (and keeps the first of each, in op_fd). */
+static const char *const op_path[2] = { PEERMEM_DEVICE_PATH, PMDBG "registrations_acquired" };
+static int op_fd[2] = { -1, -1 };
+static long op_opens[2];
+/* What the loading thread's fail-nth was when the device first opened. */
+static long op_left_at_open = -1;
 
 static void fnth_set(int n)
 {
@@ -52,9 +64,14 @@ static int fnth_take(void)
 	return left;
 }
 
-/* Opens /dev/peermem while op_run; keeps the first file, closes the others. */
+/*
+ * Opens /dev/peermem and a debugfs counter of peermem while op_run; keeps
+ * the first file of each, closes the others.
+ */
 static void *opener(void *arg)
 {
+	int i = 0;
+
 	(void)arg;
 	while (!__atomic_load_n(&op_quit, __ATOMIC_ACQUIRE)) {
 		int f;
@@ -65,16 +82,32 @@ static void *opener(void *arg)
 			continue;
 		}
 		__atomic_store_n(&op_idle, 0, __ATOMIC_RELEASE);
-		f = open(PEERMEM_DEVICE_PATH, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+		i = !i;
+		f = open(op_path[i], O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 		if (f < 0)
 			continue;
-		op_opens++;
-		if (op_fd < 0)
-			op_fd = f;
+		op_opens[i]++;
+		if (i == 0 && op_left_at_open < 0) {
+			char b[16] = "";
+
+			if (pread(fnth, b, sizeof(b) - 1, 0) > 0)
+				op_left_at_open = atol(b);
+		}
+		if (op_fd[i] < 0)
+			op_fd[i] = f;
 		else
 			close(f);
 	}
 	return NULL;
+}
+
+static void op_close(void)
+{
+	for (int i = 0; i < 2; i++) {
+		if (op_fd[i] >= 0)
+			close(op_fd[i]);
+		op_fd[i] = -1;
+	}
 }
 
 static void opener_stop(void)
@@ -122,7 +155,7 @@ static int load(const char *ko, int n, int *left)
 int main(void)
 {
 	char ko[512], p[64];
-	int total, left, n, e, loads = 0, failed = 0, m0, found = 0, bad = 0, step, first = 0;
+	int total, left, n, e, loads = 0, failed = 0, m0, found = 0, bad = 0, dev;
 	pthread_t t;
 
 	load_modules(NULL);
@@ -144,69 +177,69 @@ int main(void)
 	if (pthread_create(&t, NULL, opener, NULL))
 		bail("pthread_create");
 
-	/* How many allocations a whole load makes (none fails). */
-	e = load(ko, 1000000, &left);
+	/*
+	 * How many allocations a whole load makes (none fails), and how many
+	 * were made when /dev/peermem could first be opened (the opener reads
+	 * this thread's fail-nth then): the device's registration is about
+	 * there.
+	 */
+	e = load(ko, BIG, &left);
 	if (e)
 		bail("peermem does not load without a fault: %s", strerror(e));
-	total = 1000000 - left;
-	if (op_fd >= 0)
-		close(op_fd);
-	op_fd = -1;
+	total = BIG - left;
+	dev = op_left_at_open < 0 ? -1 : BIG - (int)op_left_at_open;
+	op_close();
 	if (run("rmmod peermem"))
 		bail("cannot unload peermem");
-	diag("a load of peermem makes %d allocations fail-nth can fail", total);
+	diag("a load of peermem makes %d allocations fail-nth can fail; /dev/peermem opened first after the %d-th",
+	     total, dev);
+	if (dev < 0)
+		bail("/dev/peermem never opened during the load");
 	m0 = marks();
 
 	/*
-	 * The last allocations of a load are the loader's after init (KUnit
-	 * runs the module's suites then, hundreds of allocations), and their
-	 * failures do not fail the load: skip them COARSE at a time down to
-	 * the first load that fails, then step one at a time from COARSE - 1
-	 * above it.
+	 * Fail each allocation from BEFORE before that point to AFTER after
+	 * it in turn: the device's own registration, and what init does
+	 * after it.
 	 */
-	for (n = total + 1, step = COARSE; n > 0 && loads < MAX_LOADS; n -= step, loads++) {
+	for (n = dev - BEFORE > 1 ? dev - BEFORE : 1; n <= dev + AFTER && n <= total; n++, loads++) {
 		e = load(ko, n, &left);
 		if (!e) {
-			if (op_fd >= 0)
-				close(op_fd);
-			op_fd = -1;
+			op_close();
 			if (syscall(SYS_delete_module, "peermem", O_NONBLOCK))
 				bail("load with fail-nth %d: cannot unload peermem: %s", n, strerror(errno));
 			continue;
 		}
 		failed++;
-		if (op_fd >= 0) {
-			struct pollfd pfd = { .fd = op_fd, .events = POLLIN };
-
+		if (op_fd[0] >= 0 || op_fd[1] >= 0) {
 			bad++;
-			ok(0, "the load with its %d-th allocation failing (%s) failed, yet an open of /dev/peermem during it got a file (%ld opens); now polling and closing it",
-			   n, strerror(e), op_opens);
-			fflush(stdout);
-			poll(&pfd, 1, 0);
-			close(op_fd);
-			op_fd = -1;
+			for (int i = 0; i < 2; i++) {
+				struct pollfd pfd = { .fd = op_fd[i], .events = POLLIN };
+				char b[32];
+
+				if (op_fd[i] < 0)
+					continue;
+				ok(0, "the load with its %d-th allocation failing (%s) failed, yet an open of %s during it got a file (%ld opens); now reading, polling and closing it",
+				   n, strerror(e), op_path[i], op_opens[i]);
+				fflush(stdout);
+				if (read(op_fd[i], b, i ? sizeof(b) : 0) < 0)
+					diag("read: %s", strerror(errno));
+				poll(&pfd, 1, 0);
+			}
+			op_close();
 			break;
 		}
-		if (step > 1) {
-			/* In init: back up, and from there one at a time. */
-			step = 1;
-			first = n;
-			n += COARSE;
-			m0 = marks();
-			continue;
-		}
-		if (marks() > m0) {
-			found = 1;
-			break;
-		}
+		if (marks() > m0)
+			found++;
+		m0 = marks();
 	}
 	__atomic_store_n(&op_quit, 1, __ATOMIC_RELEASE);
 	pthread_join(t, NULL);
-	diag("%d loads (fail-nth from %d down to %d; the first failed load at %d), %d failed, %ld opens of /dev/peermem in all",
-	     loads, total + 1, n, first, failed, op_opens);
-	ok(!bad, "no failed load of peermem left a file of /dev/peermem open");
+	diag("%d loads (fail-nth from %d up to %d), %d failed, %d in the device's registration; opens in all: %ld of %s, %ld of %s",
+	     loads, dev - BEFORE, n, failed, found, op_opens[0], op_path[0], op_opens[1], op_path[1]);
+	ok(!bad, "no failed load of peermem left a file of it open (/dev/peermem, debugfs)");
 	ok(bad || found,
-	   "every allocation after /dev/peermem's registration was failed in turn (down to the registration's own, which failed with \"" MARK "\")");
+	   "the scan failed the device's own registration (\"" MARK "\") and every allocation after it in init");
 	load_modules(NULL);
 	ok(access(PEERMEM_DEVICE_PATH, F_OK) == 0, "peermem loads again afterwards, /dev/peermem exists");
 	ok(run("rmmod peermem") == 0, "rmmod peermem");
