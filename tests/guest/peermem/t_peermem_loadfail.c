@@ -13,7 +13,7 @@
  * loop while this thread loads peermem.ko. A first load without a fault
  * finds where the device appears: the opener reads this thread's fail-nth
  * when its first open succeeds. Then loads with fail-nth failing each
- * allocation in turn from 64 before that point to 32 after it (the
+ * allocation in turn from 100 before that point to 32 after it (the
  * opener sees the device some allocations late): the
  * device's own registration (which must fail cleanly, "cannot create
  * /dev/peermem") and whatever init does after it. A file the opener got
@@ -30,7 +30,7 @@
 #include <sys/syscall.h>
 
 #define BIG 1000000
-#define BEFORE 64
+#define BEFORE 100
 #define AFTER 32
 #define MARK "cannot create /dev/peermem"
 
