@@ -50,8 +50,14 @@ struct device;
  *             the range; 0 (or a negative errno) to decline. Only a claim
  *             is ever followed by release().
  * @get_pages: pin the range (raw, unaligned addr/size as the user gave
- *             them). write is always 1; force says write access is needed;
- *             the sg_table argument is legacy and NULL. core_context is
+ *             them). write is always 1 (it means nothing). force is 1
+ *             when the umem is read-only (the core passes !writable: a
+ *             registration with none of the access flags that
+ *             ib_access_writable() counts, LOCAL_WRITE, REMOTE_WRITE,
+ *             REMOTE_ATOMIC, MW_BIND), 0 when the device may write to the
+ *             memory; so force != 0 means read-only, and a read-only
+ *             mapping may serve only such a registration. The sg_table
+ *             argument is legacy and NULL. core_context is
  *             the core's ticket for this mapping: pass it back to the
  *             invalidate function the core returned at registration. From
  *             here on an invalidation may arrive. 0 or -errno; on success

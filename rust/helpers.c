@@ -368,8 +368,12 @@ void peermem_watch_stop(struct peermem_watch *w)
  * get a blocking watch's first invalidation with a ticket (the PFN source
  * checks that under the mmap lock), reclaim never unmaps such a range, and
  * the later calls return at once. The wait is a completion, which lockdep
- * does not follow. A call that may not block (OOM reaper; it skips
- * VM_PFNMAP anyway) returns false, as the interval-notifier API requires.
+ * does not follow. A call that may not block (the OOM reaper; it skips
+ * VM_PFNMAP, but not the anonymous memory a process mapped over a revoked
+ * range) returns false, as the interval-notifier API requires, while the
+ * revocation is to come or under way; once it is done, every call returns
+ * true at once, blockable or not (else the reaper could never reap what
+ * the process mapped there since).
  */
 /* Revocation events: what a blocking watch's invalidation is. */
 static unsigned int peermem_blocking_how(const struct mmu_notifier_range *range)
@@ -393,6 +397,15 @@ static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
 					      const struct mmu_notifier_range *range,
 					      unsigned long cur_seq)
 {
+	/*
+	 * Revoked already (the work item returned): nothing left to wait
+	 * for, so a call that may not block (the OOM reaper of the memory
+	 * the process mapped over the range since) goes ahead.
+	 */
+	if (test_bit(PEERMEM_WATCH_FIRED, &w->flags) && completion_done(&w->revoked)) {
+		mmu_interval_set_seq(&w->mni, cur_seq);
+		return true;
+	}
 	if (!mmu_notifier_range_blockable(range))
 		return false;
 	mmu_interval_set_seq(&w->mni, cur_seq);

@@ -212,7 +212,15 @@ int peermem_vma_map_page(struct vm_area_struct *vma, void *page)
 		return -EINVAL;
 	if (vma->vm_flags & VM_WRITE)
 		return -EPERM;
-	vm_flags_mod(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
+	/*
+	 * The page is the opener's alone. VM_DONTCOPY: fork() does not copy
+	 * the mapping; VM_IO: madvise(MADV_DOFORK) cannot clear that (6.12
+	 * refuses it only on VM_IO), and get_user_pages refuses the area, so
+	 * neither /proc/pid/mem nor process_vm_readv reaches the page (the
+	 * lockless pin_user_pages_fast still can, for the process itself: the
+	 * PTE is an ordinary page's). VM_DONTEXPAND: mremap cannot grow it.
+	 */
+	vm_flags_mod(vma, VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP, VM_MAYWRITE);
 	return vm_insert_page(vma, vma->vm_start, virt_to_page(page));
 }
 

@@ -61,7 +61,8 @@ module! {
 }
 
 /// The module. `Drop` takes the parts down in the order unload needs
-/// (see there).
+/// (see there); a load that fails part way drops what it has built so far
+/// the same way.
 struct PeerMem {
     /// `/dev/peermem` (revocation events), unless `events=0`.
     events: Option<client::events::Device>,
@@ -72,6 +73,8 @@ struct PeerMem {
     watches: Option<Watches<Registration>>,
     debugfs: Option<Debugfs>,
     params: params::Params,
+    /// `init` returned it: `Drop` is an unload, not a failed load.
+    loaded: bool,
 }
 
 /// Registers client `T` as `name`, or says why the core refused.
@@ -87,7 +90,41 @@ fn register<T: PeerMemoryClient>(name: &str) -> Result<CoreClient<T>> {
 impl kernel::Module for PeerMem {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let params = params::Params::from_module()?;
-        let debugfs = match create_debugfs() {
+        let events = events_enabled()?;
+        // From here on, a failure (`?`) drops `this`, whose `Drop` undoes
+        // what was done, in the order unload does.
+        let mut this = Self {
+            events: None,
+            core_nc: None,
+            core: None,
+            watches: None,
+            debugfs: None,
+            params,
+            loaded: false,
+        };
+        // Before the core can call acquire, which starts watches.
+        this.watches = Some(Watches::<Registration>::setup().inspect_err(|_| {
+            pr_err!("out of memory creating peermem's work queue; try loading it again\n");
+        })?);
+        // The invalidating client first: the core asks clients in the
+        // order they registered, so MRs go to it and only what it declines
+        // (and what cannot be invalidated) to the non-invalidating one.
+        if this.params.invalidating {
+            this.core = Some(register::<NvMem>(this.params.peer_name)?);
+        }
+        if let Some(name) = &this.params.nc_name {
+            this.core_nc = Some(register::<NvMemNc>(name.as_str())?);
+        }
+        // The files user space opens come last, when nothing but their own
+        // creation can fail any more: an open file holds a module
+        // reference, which it gets while the module is still loading, yet
+        // the loader frees a module whose init failed, open files or not
+        // (their file operations are the module's). The device may fail,
+        // so it comes before the debugfs files, which never fail the load.
+        if events {
+            this.events = Some(create_events_device()?);
+        }
+        this.debugfs = match create_debugfs() {
             Ok(d) => Some(d),
             Err(e) => {
                 pr_warn!(
@@ -97,28 +134,10 @@ impl kernel::Module for PeerMem {
                 None
             }
         };
-        // Before the core can call acquire: registrations remember their
-        // address space for revocation events only once it exists.
-        let events = create_events_device()?;
-        // Before the core can call acquire, which starts watches.
-        let watches = Watches::<Registration>::setup().inspect_err(|_| {
-            pr_err!("out of memory creating peermem's work queue; try loading it again\n");
-        })?;
-        // The invalidating client first: the core asks clients in the
-        // order they registered, so MRs go to it and only what it declines
-        // (and what cannot be invalidated) to the non-invalidating one.
-        let core = if params.invalidating {
-            Some(register::<NvMem>(params.peer_name)?)
-        } else {
-            None
-        };
-        // On failure `core` drops here, unregistering the first client.
-        let core_nc = match &params.nc_name {
-            Some(name) => Some(register::<NvMemNc>(name.as_str())?),
-            None => None,
-        };
+        this.loaded = true;
+        let params = &this.params;
         pr_info!("version {} loaded\n", kapi::VERSION);
-        if core.is_some() {
+        if this.core.is_some() {
             pr_info!(
                 "registered as peer-memory client {} (invalidating: freed GPU memory is revoked from RDMA{})\n",
                 params.peer_name,
@@ -139,18 +158,11 @@ impl kernel::Module for PeerMem {
             Some(name) => pr_info!(
                 "registered as peer-memory client {} (not invalidating: persistent pins for queue buffers, doorbell pages and registrations {} does not take; freed GPU memory stays allocated until they are released)\n",
                 name.as_str(),
-                if core.is_some() { params.peer_name } else { "no other client" }
+                if this.core.is_some() { params.peer_name } else { "no other client" }
             ),
             None => pr_info!("enable_nc=0: no non-invalidating client; queue buffers and doorbell pages on GPU memory cannot be registered (EFAULT)\n"),
         }
-        Ok(Self {
-            events,
-            core_nc,
-            core,
-            watches: Some(watches),
-            debugfs,
-            params,
-        })
+        Ok(this)
     }
 }
 
@@ -164,13 +176,20 @@ impl Drop for PeerMem {
         let live = live(&stats::STATS)
             .wrapping_add(live(&stats::STATS_NC))
             .wrapping_add(live(&stats::STATS_PFN));
+        let doing = if self.loaded {
+            "unloading"
+        } else {
+            "the load failed"
+        };
         if live != 0 {
             pr_info!(
-                "unloading: waiting until the {} registration(s) on GPU memory are deregistered (ibv_dereg_mr, closing what holds them, or process exit)\n",
+                "{}: waiting until the {} registration(s) on GPU memory are deregistered (ibv_dereg_mr, closing what holds them, or process exit)\n",
+                doing,
                 live
             );
         }
-        // No new opens; open files hold a module reference, so none is left.
+        // First, so no file can be opened any more; open files hold a
+        // module reference, so none is left.
         drop(self.events.take());
         // Each sleeps until the core released every registration of that
         // client (which stops every address watch).
@@ -189,6 +208,12 @@ impl Drop for PeerMem {
             );
         }
         drop(self.debugfs.take());
+        if !self.loaded {
+            pr_info!(
+                "the load failed (see the message above); everything it had set up is undone\n"
+            );
+            return;
+        }
         let p = &self.params;
         match (p.invalidating, &p.nc_name) {
             (true, Some(nc)) => pr_info!(
@@ -203,12 +228,14 @@ impl Drop for PeerMem {
     }
 }
 
-/// `/dev/peermem` (revocation events) unless `events=0`.
-fn create_events_device() -> Result<Option<client::events::Device>> {
-    use client::events::{Device, QUEUE_LEN_MAX, QUEUE_LEN_MIN};
+/// Whether to create `/dev/peermem` (revocation events: `events`, with
+/// `event_queue_len` checked); if so, registrations remember their address
+/// space from now on, before the core can call `acquire`.
+fn events_enabled() -> Result<bool> {
+    use client::events::{QUEUE_LEN_MAX, QUEUE_LEN_MIN};
     if !kapi::uapi::params::events() {
         pr_info!("events=0: no /dev/peermem; applications learn of revoked registrations only from failing RDMA\n");
-        return Ok(None);
+        return Ok(false);
     }
     let qlen = kapi::uapi::params::event_queue_len();
     if !(QUEUE_LEN_MIN..=QUEUE_LEN_MAX).contains(&qlen) {
@@ -220,7 +247,13 @@ fn create_events_device() -> Result<Option<client::events::Device>> {
         );
         return Err(EINVAL);
     }
-    Device::register(qlen).map(Some).inspect_err(|e| {
+    client::events::enable(qlen);
+    Ok(true)
+}
+
+/// `/dev/peermem` (revocation events), after [`events_enabled`].
+fn create_events_device() -> Result<client::events::Device> {
+    client::events::Device::register().inspect_err(|e| {
         pr_err!(
             "cannot create /dev/peermem (error {}); another module may own the name: unload it, or load peermem with events=0\n",
             e.to_errno()

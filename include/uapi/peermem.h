@@ -21,7 +21,10 @@
  *    cache that sees the same value as at its last look knows nothing was
  *    revoked in between. The mapping must be exactly one page at offset 0,
  *    and never writable (PROT_WRITE, or a later mprotect to it, is refused
- *    with EPERM / EACCES); it is not inherited by fork().
+ *    with EPERM / EACCES); it is not inherited by fork(), and
+ *    madvise(MADV_DOFORK) on it fails with EINVAL. Another process does
+ *    not read it through the kernel either: a read of /proc/<pid>/mem or
+ *    process_vm_readv() at the page fails (EIO, EFAULT).
  *
  * 2. The event queue. read(fd, buf, n) returns whole struct peermem_event
  *    records, oldest first: n must be a non-zero multiple of

@@ -342,13 +342,21 @@ pub(crate) struct Device {
     _reg: MiscDeviceRegistration<Watcher>,
 }
 
+/// From now on new registrations remember their address space, for the
+/// device [`Device::register`] creates later, with queues of `queue_len`
+/// records. Call before the core can call `acquire`.
+pub(crate) fn enable(queue_len: u32) {
+    QUEUE_LEN.store(queue_len, Ordering::Relaxed);
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
 impl Device {
-    /// Creates `/dev/peermem` with queues of `queue_len` records; from now
-    /// on new registrations remember their address space.
-    pub(crate) fn register(queue_len: u32) -> Result<Self> {
-        QUEUE_LEN.store(queue_len, Ordering::Relaxed);
+    /// Creates `/dev/peermem` (after [`enable`]). An open file holds a
+    /// module reference, which it gets even while the module is still
+    /// loading: call this last at load, when nothing can fail any more
+    /// (the loader frees a module whose init failed, open files or not).
+    pub(crate) fn register() -> Result<Self> {
         let reg = MiscDeviceRegistration::<Watcher>::register(uapi::DEVICE_NAME)?;
-        ENABLED.store(true, Ordering::Relaxed);
         Ok(Self { _reg: reg })
     }
 }
@@ -356,7 +364,8 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         ENABLED.store(false, Ordering::Relaxed);
-        // No file is open (each holds a module reference) and, once the
+        // No file is open (each holds a module reference, and the device
+        // was created when the load could no longer fail) and, once the
         // registration (a field) is gone, none can be: free the slot table.
         let slots = core::mem::take(&mut *SLOTS.lock());
         drop(slots);

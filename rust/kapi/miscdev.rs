@@ -247,7 +247,9 @@ pub(crate) struct Vma(*mut kernel::bindings::vm_area_struct);
 impl Vma {
     /// Maps `page` here read-only: the area must be one page at offset 0
     /// (`EINVAL`) and not writable (`EPERM`); it can never be made
-    /// writable, and is not inherited by `fork()`.
+    /// writable, is not inherited by `fork()` (not even after
+    /// `madvise(MADV_DOFORK)`, which fails with `EINVAL`), and
+    /// `get_user_pages` does not reach it (`/proc/<pid>/mem` reads fail).
     pub(crate) fn map_page_read_only(&self, page: &SharedPage) -> Result {
         // SAFETY: a live area under the mm's write lock (type invariant);
         // `page` is a page from `peermem_page_zalloc` (its invariant),

@@ -3,7 +3,9 @@
  * Revocation events (/dev/peermem, include/uapi/peermem.h, docs/module.md
  * "Revocation events"): the device node; the generation page (version,
  * sizes, starts at 0, read-only: PROT_WRITE refused, mprotect to write
- * refused, wrong size or offset refused, not inherited by fork); read()
+ * refused, wrong size or offset refused, not inherited by fork, not
+ * even after madvise(MADV_DOFORK), which fails, and /proc/self/mem
+ * cannot read it); read()
  * sizes (EINVAL) and EAGAIN; for each cause the rig can produce
  * (GPUSIM_IOC_FREE, munmap, mremap, mmap(MAP_FIXED) over the range) the
  * counter moves by exactly one per revoked MR, already when the call that
@@ -418,6 +420,49 @@ static void test_other_process(struct chan *ch)
 	close(done[1]);
 }
 
+/*
+ * The generation page stays the opener's (issue 21, finding 6): fork()
+ * never copies it, not even after madvise(MADV_DOFORK), which must be
+ * refused (EINVAL) or at least leave the child without the page; and no
+ * get_user_pages reaches it, so /proc/self/mem cannot read it either.
+ */
+static void test_inherit(struct chan *ch)
+{
+	char path[64], buf[8];
+	int r, st = -1, mfd;
+	ssize_t n;
+	pid_t pid;
+
+	errno = 0;
+	r = madvise(ch->pg, 4096, MADV_DOFORK);
+	r = r ? errno : 0;
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		unsigned char vec;
+
+		/* Mapped in the child: mincore succeeds. */
+		_exit(mincore(ch->pg, 4096, &vec) == 0 ? 30 : 0);
+	}
+	waitpid(pid, &st, 0);
+	ok(r == EINVAL && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "madvise(MADV_DOFORK) of the generation page is refused with EINVAL (%s), and a child forked after it has no copy of the page (status %d: 30 mapped)",
+	   r ? strerror(r) : "accepted", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	if (!r)
+		madvise(ch->pg, 4096, MADV_DONTFORK);
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)getpid());
+	mfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (mfd < 0)
+		bail("open %s: %s", path, strerror(errno));
+	errno = 0;
+	n = pread(mfd, buf, sizeof(buf), (off_t)(uintptr_t)ch->pg);
+	r = n < 0 ? errno : 0;
+	ok(n < 0 && r == EIO,
+	   "a read of /proc/self/mem at the generation page fails with EIO: get_user_pages does not reach it (%s, %zd bytes)",
+	   r ? strerror(r) : "read", n);
+	close(mfd);
+}
+
 /* ---- waking ---- */
 
 struct waiter {
@@ -562,6 +607,7 @@ int main(void)
 	test_cause(&ch, MAPFIXED, PEERMEM_CAUSE_UNMAP);
 	test_several(&ch);
 	test_other_process(&ch);
+	test_inherit(&ch);
 	test_wake(&ch);
 	chan_close(&ch);
 

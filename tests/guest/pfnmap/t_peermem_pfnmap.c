@@ -25,6 +25,8 @@
  *    balance, nothing leaks.
  */
 #include "pfnmap_test.h"
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include "../../../include/uapi/peermem.h"
 
 #define LEN (8u << 20)		/* two 4 MiB pieces of the exporter */
@@ -349,6 +351,93 @@ static void test_exit(void)
 	   s1.inv - s0.inv, s1.ps.invalidated_mrs - s0.ps.invalidated_mrs);
 }
 
+/*
+ * Once a PFN MR's blocking watch fired (the range was revoked), the watch
+ * must not stand in the way of a call that may not block (issue 21,
+ * finding 5): the process maps anonymous memory over the revoked range,
+ * is killed, and process_mrelease() (the OOM reaper's code,
+ * __oom_reap_task_mm, with its non-blockable mmu notifier call) must reap
+ * it, not fail with EAGAIN. The child stays alive meanwhile in a second
+ * registration, held in get_pages by peermem's inject_delay_get_pages_ms
+ * (an uninterruptible sleep, so the killed child's address space outlives
+ * the call).
+ */
+static void test_reap(void)
+{
+	int ready[2], go[2], st = -1, r, pidfd;
+	char b = 0;
+	pid_t pid;
+
+	if (pipe(ready) || pipe(go))
+		bail("pipe: %s", strerror(errno));
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		struct conn cc;
+		struct ibv_mr *mr;
+		uint8_t *p, *q, *p2;
+
+		if (conn_open(&cc))
+			_exit(20);
+		p = exporter_map(efd, LEN, PROT_READ | PROT_WRITE, MAP_SHARED);
+		p2 = exporter_map(efd, LEN, PROT_READ, MAP_SHARED);
+		if (!p || !p2)
+			_exit(21);
+		mr = ibv_reg_mr(cc.pd, p, LEN, MR_ACCESS);
+		if (!mr)
+			_exit(22);
+		/* Revokes the MR (the watch fires), keeps its range watched. */
+		q = mmap(p, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		if (q != p)
+			_exit(23);
+		memset(q, 0x5a, LEN);
+		if (write(ready[1], "r", 1) != 1 || read(go[0], &b, 1) != 1)
+			_exit(24);
+		if (write(ready[1], "w", 1) != 1)
+			_exit(25);
+		/* Held in get_pages until killed; never returns. */
+		ibv_reg_mr(cc.pd, p2, LEN, IBV_ACCESS_REMOTE_READ);
+		_exit(26);
+	}
+	if (pid < 0)
+		bail("fork: %s", strerror(errno));
+	pidfd = syscall(SYS_pidfd_open, pid, 0);
+	ok(read(ready[0], &b, 1) == 1 && b == 'r',
+	   "reap: a child registered a PFN mapping and mapped anonymous memory over it (the MR is revoked)");
+	if (write_str(PMDBG "inject_delay_get_pages_ms", "3000"))
+		bail("cannot set peermem's inject_delay_get_pages_ms");
+	if (write(go[1], "g", 1) != 1 || read(ready[0], &b, 1) != 1)
+		bail("reap: the child is gone");
+	usleep(500000);	/* the child is in get_pages' delay */
+	kill(pid, SIGKILL);
+	errno = 0;
+	r = pidfd < 0 ? -1 : (int)syscall(SYS_process_mrelease, pidfd, 0);
+	r = r ? errno : 0;
+	write_str(PMDBG "inject_delay_get_pages_ms", "0");
+	ok(r == 0,
+	   "reap: process_mrelease of the killed child (a non-blockable mmu notifier call over the revoked range) reaps it (%s; EAGAIN: the fired watch refused)",
+	   r ? strerror(r) : "0");
+	waitpid(pid, &st, 0);
+	ok(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "reap: the child was killed (status %#x)", st);
+	if (pidfd >= 0)
+		close(pidfd);
+	close(ready[0]);
+	close(ready[1]);
+	close(go[0]);
+	close(go[1]);
+	ok(wait_for(pf_idle, 10) && wait_for(pm_balanced, 10),
+	   "reap: the child's MRs are gone, pfn counters idle, the core's balance");
+	if (!pf_idle())
+		pmc_diag("pfn", PMDBG_PFN);
+}
+
+/*
+ * The core's get_pages `force` is "the umem is read-only" (OFED and the
+ * rig's core pass !writable; include/peer_mem_abi.h): a read-only PFN
+ * mapping registers without write access and is mapped so the device
+ * only reads, and a registration asking for write access is refused. A
+ * client that took force as "write access is needed" fails both.
+ */
 static void test_read_only(void)
 {
 	struct ibv_mr *mr;
@@ -483,6 +572,7 @@ int main(void)
 	test_munmap();
 	test_mprotect();
 	test_exit();
+	test_reap();
 	ok(event_is("exit", NULL, 0, 0),
 	   "exit: the child's revocation is not reported to this process (its address space's, not ours)");
 	test_read_only();

@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A failed load of peermem must leave no file of it open (issue 21,
+ * finding 1): neither /dev/peermem nor its debugfs files, whose file
+ * operations are the module's too. While the module's init runs, the module is COMING: an open
+ * of /dev/peermem gets its module reference (try_module_get succeeds) and
+ * its file operations, yet when init then fails the loader frees the
+ * module anyway; a later read, poll or close of that file would run freed
+ * code. So /dev/peermem must appear only once nothing of init can fail
+ * any more.
+ *
+ * How: a second thread opens /dev/peermem (and a debugfs counter) in a
+ * loop while this thread loads peermem.ko. A first load without a fault
+ * finds where the device appears: the opener reads this thread's fail-nth
+ * when its first open succeeds. Then loads with fail-nth failing each
+ * allocation in turn from 100 before that point to 32 after it (the
+ * opener sees the device some allocations late): the
+ * device's own registration (which must fail cleanly, "cannot create
+ * /dev/peermem") and whatever init does after it. A file the opener got
+ * during a failed load is the bug: the test says so, then reads, polls
+ * and closes it (which, with the bug, the kernel reports: an Oops or
+ * KASAN). The last few hundred allocations of a load are KUnit's (the
+ * module's suites run when it goes live), which is why the scan does not
+ * simply start from the end.
+ */
+#include "peermem_test.h"
+#include "../../../include/uapi/peermem.h"
+#include <poll.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+
+#define BIG 1000000
+#define BEFORE 100
+#define AFTER 32
+#define MARK "cannot create /dev/peermem"
+
+static int fnth;
+static int op_run, op_quit, op_idle;
+/* The files the opener opens (and keeps the first of each, in op_fd). */
+static const char *const op_path[2] = { PEERMEM_DEVICE_PATH, PMDBG "registrations_acquired" };
+static int op_fd[2] = { -1, -1 };
+static long op_opens[2];
+/* What the loading thread's fail-nth was when the device first opened. */
+static long op_left_at_open = -1;
+
+static void fnth_set(int n)
+{
+	char b[16];
+	int l = snprintf(b, sizeof(b), "%d", n);
+
+	if (pwrite(fnth, b, l, 0) != l)
+		bail("cannot write fail-nth: %s", strerror(errno));
+}
+
+/* Reset fail-nth; returns what was left (0: the fault was injected). */
+static int fnth_take(void)
+{
+	char b[16] = "";
+	int left;
+
+	if (pread(fnth, b, sizeof(b) - 1, 0) <= 0)
+		bail("cannot read fail-nth: %s", strerror(errno));
+	left = atoi(b);
+	fnth_set(0);
+	return left;
+}
+
+/*
+ * Opens /dev/peermem and a debugfs counter of peermem while op_run; keeps
+ * the first file of each, closes the others.
+ */
+static void *opener(void *arg)
+{
+	int i = 0;
+
+	(void)arg;
+	while (!__atomic_load_n(&op_quit, __ATOMIC_ACQUIRE)) {
+		int f;
+
+		if (!__atomic_load_n(&op_run, __ATOMIC_ACQUIRE)) {
+			__atomic_store_n(&op_idle, 1, __ATOMIC_RELEASE);
+			usleep(1000);
+			continue;
+		}
+		__atomic_store_n(&op_idle, 0, __ATOMIC_RELEASE);
+		i = !i;
+		f = open(op_path[i], O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+		if (f < 0)
+			continue;
+		op_opens[i]++;
+		if (i == 0 && op_left_at_open < 0) {
+			char b[16] = "";
+
+			if (pread(fnth, b, sizeof(b) - 1, 0) > 0)
+				op_left_at_open = atol(b);
+		}
+		if (op_fd[i] < 0)
+			op_fd[i] = f;
+		else
+			close(f);
+	}
+	return NULL;
+}
+
+static void op_close(void)
+{
+	for (int i = 0; i < 2; i++) {
+		if (op_fd[i] >= 0)
+			close(op_fd[i]);
+		op_fd[i] = -1;
+	}
+}
+
+static void opener_stop(void)
+{
+	__atomic_store_n(&op_run, 0, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&op_idle, __ATOMIC_ACQUIRE))
+		usleep(1000);
+}
+
+/* How many times dmesg has the line of a failed misc registration. */
+static int marks(void)
+{
+	FILE *p = popen("dmesg | grep -c '" MARK "'", "r");
+	int n = -1;
+
+	if (!p || fscanf(p, "%d", &n) != 1)
+		n = -1;
+	if (p)
+		pclose(p);
+	return n;
+}
+
+/* One load with fail-nth n (0: none); 0 if it loaded, else the errno. */
+static int load(const char *ko, int n, int *left)
+{
+	int kfd = open(ko, O_RDONLY | O_CLOEXEC), e = 0;
+	long rc;
+
+	if (kfd < 0)
+		bail("%s: %s", ko, strerror(errno));
+	/* Set again only by the opener once it saw op_run 0 (opener_stop). */
+	__atomic_store_n(&op_idle, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&op_run, 1, __ATOMIC_RELEASE);
+	if (n)
+		fnth_set(n);
+	rc = syscall(SYS_finit_module, kfd, "", 0);
+	if (rc)
+		e = errno;
+	*left = n ? fnth_take() : 0;
+	opener_stop();
+	close(kfd);
+	return e;
+}
+
+int main(void)
+{
+	char ko[512], p[64];
+	int total, left, n, e, loads = 0, failed = 0, m0, found = 0, bad = 0, dev;
+	pthread_t t;
+
+	load_modules(NULL);
+	if (getenv("PEERMEM_KO"))
+		snprintf(ko, sizeof(ko), "%s", getenv("PEERMEM_KO"));
+	else
+		snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
+	if (run("rmmod peermem"))
+		bail("cannot unload peermem");
+	run("echo N > /sys/kernel/debug/failslab/ignore-gfp-wait");
+	run("echo 0 > /sys/kernel/debug/failslab/verbose");
+	run("echo N > /sys/kernel/debug/fail_page_alloc/ignore-gfp-wait");
+	run("echo 0 > /sys/kernel/debug/fail_page_alloc/min-order");
+	run("echo 0 > /sys/kernel/debug/fail_page_alloc/verbose");
+	snprintf(p, sizeof(p), "/proc/self/task/%ld/fail-nth", (long)syscall(SYS_gettid));
+	fnth = open(p, O_RDWR);
+	if (fnth < 0)
+		bail("%s: %s (needs CONFIG_FAULT_INJECTION, the debug rig kernel)", p, strerror(errno));
+	if (pthread_create(&t, NULL, opener, NULL))
+		bail("pthread_create");
+
+	/*
+	 * How many allocations a whole load makes (none fails), and how many
+	 * were made when /dev/peermem could first be opened (the opener reads
+	 * this thread's fail-nth then): the device's registration is about
+	 * there.
+	 */
+	e = load(ko, BIG, &left);
+	if (e)
+		bail("peermem does not load without a fault: %s", strerror(e));
+	total = BIG - left;
+	dev = op_left_at_open < 0 ? -1 : BIG - (int)op_left_at_open;
+	op_close();
+	if (run("rmmod peermem"))
+		bail("cannot unload peermem");
+	diag("a load of peermem makes %d allocations fail-nth can fail; /dev/peermem opened first after the %d-th",
+	     total, dev);
+	if (dev < 0)
+		bail("/dev/peermem never opened during the load");
+	m0 = marks();
+
+	/*
+	 * Fail each allocation from BEFORE before that point to AFTER after
+	 * it in turn: the device's own registration, and what init does
+	 * after it.
+	 */
+	for (n = dev - BEFORE > 1 ? dev - BEFORE : 1; n <= dev + AFTER && n <= total; n++, loads++) {
+		e = load(ko, n, &left);
+		if (!e) {
+			op_close();
+			if (syscall(SYS_delete_module, "peermem", O_NONBLOCK))
+				bail("load with fail-nth %d: cannot unload peermem: %s", n, strerror(errno));
+			continue;
+		}
+		failed++;
+		if (op_fd[0] >= 0 || op_fd[1] >= 0) {
+			bad++;
+			for (int i = 0; i < 2; i++) {
+				struct pollfd pfd = { .fd = op_fd[i], .events = POLLIN };
+				char b[32];
+
+				if (op_fd[i] < 0)
+					continue;
+				ok(0, "the load with its %d-th allocation failing (%s) failed, yet an open of %s during it got a file (%ld opens); now reading, polling and closing it",
+				   n, strerror(e), op_path[i], op_opens[i]);
+				fflush(stdout);
+				if (read(op_fd[i], b, i ? sizeof(b) : 0) < 0)
+					diag("read: %s", strerror(errno));
+				poll(&pfd, 1, 0);
+			}
+			op_close();
+			break;
+		}
+		if (marks() > m0)
+			found++;
+		m0 = marks();
+	}
+	__atomic_store_n(&op_quit, 1, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	diag("%d loads (fail-nth from %d up to %d), %d failed, %d in the device's registration; opens in all: %ld of %s, %ld of %s",
+	     loads, dev - BEFORE, n, failed, found, op_opens[0], op_path[0], op_opens[1], op_path[1]);
+	ok(!bad, "no failed load of peermem left a file of it open (/dev/peermem, debugfs)");
+	ok(bad || found,
+	   "the scan failed the device's own registration (\"" MARK "\") and every allocation after it in init");
+	load_modules(NULL);
+	ok(access(PEERMEM_DEVICE_PATH, F_OK) == 0, "peermem loads again afterwards, /dev/peermem exists");
+	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	return finish();
+}
