@@ -12,9 +12,10 @@
  * How: a second thread opens /dev/peermem (and a debugfs counter) in a
  * loop while this thread loads peermem.ko. A first load without a fault
  * finds where the device appears: the opener reads this thread's fail-nth
- * when its first open succeeds. Then loads with fail-nth failing each
- * allocation in turn from 100 before that point to 32 after it (the
- * opener sees the device some allocations late): the
+ * when its first open succeeds. Then loads with fail-nth failing the
+ * allocations in turn from 100 before that point to 32 after it (the
+ * opener sees the device some allocations late; every 8th first, then
+ * the ones between while LOADFAIL_SECONDS last): the
  * device's own registration (which must fail cleanly, "cannot create
  * /dev/peermem") and whatever init does after it. A file the opener got
  * during a failed load is the bug: the test says so, then reads, polls
@@ -32,6 +33,7 @@
 #define BIG 1000000
 #define BEFORE 100
 #define AFTER 32
+#define STRIDE 8
 #define MARK "cannot create /dev/peermem"
 
 static int fnth;
@@ -153,10 +155,52 @@ static int load(const char *ko, int n, int *left)
 	return e;
 }
 
+/*
+ * One load with its n-th allocation failing; returns 1 if it failed yet
+ * left a file of it open (the bug: then read, polled and closed, for the
+ * kernel to report).
+ */
+static int load_step(const char *ko, int n, int *failed, int *found, int *m0)
+{
+	int left, e = load(ko, n, &left);
+
+	if (!e) {
+		op_close();
+		if (syscall(SYS_delete_module, "peermem", O_NONBLOCK))
+			bail("load with fail-nth %d: cannot unload peermem: %s", n, strerror(errno));
+		return 0;
+	}
+	(*failed)++;
+	if (op_fd[0] >= 0 || op_fd[1] >= 0) {
+		for (int i = 0; i < 2; i++) {
+			struct pollfd pfd = { .fd = op_fd[i], .events = POLLIN };
+			char b[32];
+
+			if (op_fd[i] < 0)
+				continue;
+			ok(0, "the load with its %d-th allocation failing (%s) failed, yet an open of %s during it got a file (%ld opens); now reading, polling and closing it",
+			   n, strerror(e), op_path[i], op_opens[i]);
+			fflush(stdout);
+			if (read(op_fd[i], b, i ? sizeof(b) : 0) < 0)
+				diag("read: %s", strerror(errno));
+			poll(&pfd, 1, 0);
+		}
+		op_close();
+		return 1;
+	}
+	if (marks() > *m0)
+		(*found)++;
+	*m0 = marks();
+	return 0;
+}
+
 int main(void)
 {
 	char ko[512], p[64];
 	int total, left, n, e, loads = 0, failed = 0, m0, found = 0, bad = 0, dev;
+	int lo, hi, stride, first, finest = 0;
+	int budget = getenv("LOADFAIL_SECONDS") ? atoi(getenv("LOADFAIL_SECONDS")) : 60;
+	double t0;
 	pthread_t t;
 
 	load_modules(NULL);
@@ -199,45 +243,36 @@ int main(void)
 	m0 = marks();
 
 	/*
-	 * Fail each allocation from BEFORE before that point to AFTER after
-	 * it in turn: the device's own registration, and what init does
-	 * after it.
+	 * Fail the allocations from BEFORE before that point to AFTER after it
+	 * in turn: the device's own registration, and what init does after
+	 * it. To a time budget (LOADFAIL_SECONDS, default 60): first every
+	 * STRIDE-th from the top of the window down (the minimum, done
+	 * whatever the time; the device's registration makes more than STRIDE
+	 * allocations in a row, so this pass fails it at least once), then
+	 * the ones between at half the stride, while the budget lasts.
 	 */
-	for (n = dev - BEFORE > 1 ? dev - BEFORE : 1; n <= dev + AFTER && n <= total; n++, loads++) {
-		e = load(ko, n, &left);
-		if (!e) {
-			op_close();
-			if (syscall(SYS_delete_module, "peermem", O_NONBLOCK))
-				bail("load with fail-nth %d: cannot unload peermem: %s", n, strerror(errno));
-			continue;
+	lo = dev - BEFORE > 1 ? dev - BEFORE : 1;
+	hi = dev + AFTER < total ? dev + AFTER : total;
+	t0 = now_s();
+	for (stride = STRIDE, first = 1; stride >= 1 && !bad; stride /= 2, first = 0) {
+		for (n = hi; n >= lo && !bad; n -= stride) {
+			/* Past the first pass, only the ones it has not done. */
+			if (!first && (hi - n) % (2 * stride) == 0)
+				continue;
+			if (!first && now_s() - t0 > budget)
+				break;
+			loads++;
+			bad = load_step(ko, n, &failed, &found, &m0);
 		}
-		failed++;
-		if (op_fd[0] >= 0 || op_fd[1] >= 0) {
-			bad++;
-			for (int i = 0; i < 2; i++) {
-				struct pollfd pfd = { .fd = op_fd[i], .events = POLLIN };
-				char b[32];
-
-				if (op_fd[i] < 0)
-					continue;
-				ok(0, "the load with its %d-th allocation failing (%s) failed, yet an open of %s during it got a file (%ld opens); now reading, polling and closing it",
-				   n, strerror(e), op_path[i], op_opens[i]);
-				fflush(stdout);
-				if (read(op_fd[i], b, i ? sizeof(b) : 0) < 0)
-					diag("read: %s", strerror(errno));
-				poll(&pfd, 1, 0);
-			}
-			op_close();
+		if (n >= lo && !bad)
 			break;
-		}
-		if (marks() > m0)
-			found++;
-		m0 = marks();
+		finest = stride;
 	}
 	__atomic_store_n(&op_quit, 1, __ATOMIC_RELEASE);
 	pthread_join(t, NULL);
-	diag("%d loads (fail-nth from %d up to %d), %d failed, %d in the device's registration; opens in all: %ld of %s, %ld of %s",
-	     loads, dev - BEFORE, n, failed, found, op_opens[0], op_path[0], op_opens[1], op_path[1]);
+	diag("%d loads in %.0f s (budget %d s): every %d-th allocation from the %d-th to the %d-th failed in turn, %d loads failed, %d in the device's registration; opens in all: %ld of %s, %ld of %s",
+	     loads, now_s() - t0, budget, finest, lo, hi, failed, found, op_opens[0], op_path[0],
+	     op_opens[1], op_path[1]);
 	ok(!bad, "no failed load of peermem left a file of it open (/dev/peermem, debugfs)");
 	ok(bad || found,
 	   "the scan failed the device's own registration (\"" MARK "\") and every allocation after it in init");
