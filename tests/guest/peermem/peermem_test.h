@@ -15,6 +15,7 @@
 #define PEERMEM_TEST_H
 
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <sys/ioctl.h>
 
 #include "../core/core_test.h"
@@ -522,6 +523,52 @@ static void umem_diag(const char *what, const struct umem_info *u)
 	diag("%s: client=%s kind=%s nents=%lld page_size=%lld dma_bytes=%lld translated=%lld invalidated=%d first=%s%016llx",
 	     what, u->client, u->kind, u->nents, u->page_size, u->dma_bytes, u->translated,
 	     u->invalidated, u->first_ok ? "" : "none:", (unsigned long long)u->first);
+}
+
+/*
+ * The calling thread's fail-nth (/proc/self/task/TID/fail-nth; the debug
+ * rig's CONFIG_FAULT_INJECTION): fnth_setup() opens it and lets failslab
+ * and fail_page_alloc fail any allocation of this thread, fnth_set(n) makes
+ * its n-th allocation from now fail, fnth_take() resets it and returns what
+ * was left (0: the fault was injected).
+ */
+static int fnth __attribute__((unused)) = -1;
+
+static void fnth_set(int n)
+{
+	char b[16];
+	int l = snprintf(b, sizeof(b), "%d", n);
+
+	if (pwrite(fnth, b, l, 0) != l)
+		bail("cannot write fail-nth: %s", strerror(errno));
+}
+
+static int fnth_take(void)
+{
+	char b[16] = "";
+	int left;
+
+	if (pread(fnth, b, sizeof(b) - 1, 0) <= 0)
+		bail("cannot read fail-nth: %s", strerror(errno));
+	left = atoi(b);
+	fnth_set(0);
+	return left;
+}
+
+static void fnth_setup(void)
+{
+	char p[64];
+
+	run("echo N > /sys/kernel/debug/failslab/ignore-gfp-wait");
+	run("echo 0 > /sys/kernel/debug/failslab/verbose");
+	run("echo N > /sys/kernel/debug/fail_page_alloc/ignore-gfp-wait");
+	run("echo N > /sys/kernel/debug/fail_page_alloc/ignore-gfp-highmem");
+	run("echo 0 > /sys/kernel/debug/fail_page_alloc/min-order");
+	run("echo 0 > /sys/kernel/debug/fail_page_alloc/verbose");
+	snprintf(p, sizeof(p), "/proc/self/task/%ld/fail-nth", (long)syscall(SYS_gettid));
+	fnth = open(p, O_RDWR);
+	if (fnth < 0)
+		bail("%s: %s (needs CONFIG_FAULT_INJECTION, the debug rig kernel)", p, strerror(errno));
 }
 
 #endif /* PEERMEM_TEST_H */

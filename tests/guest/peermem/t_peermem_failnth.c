@@ -32,45 +32,8 @@
 static struct conn c;
 static struct ibv_mr *hmr;
 static uint8_t *h;
-static int fd, fnth;
+static int fd;
 
-static void fnth_set(int n)
-{
-	char b[16];
-	int l = snprintf(b, sizeof(b), "%d", n);
-
-	if (pwrite(fnth, b, l, 0) != l)
-		bail("cannot write fail-nth: %s", strerror(errno));
-}
-
-/* Reset fail-nth; returns what was left (0: the fault was injected). */
-static int fnth_take(void)
-{
-	char b[16] = "";
-	int left;
-
-	if (pread(fnth, b, sizeof(b) - 1, 0) <= 0)
-		bail("cannot read fail-nth: %s", strerror(errno));
-	left = atoi(b);
-	fnth_set(0);
-	return left;
-}
-
-static void fault_setup(void)
-{
-	char p[64];
-
-	run("echo N > /sys/kernel/debug/failslab/ignore-gfp-wait");
-	run("echo 0 > /sys/kernel/debug/failslab/verbose");
-	run("echo N > /sys/kernel/debug/fail_page_alloc/ignore-gfp-wait");
-	run("echo N > /sys/kernel/debug/fail_page_alloc/ignore-gfp-highmem");
-	run("echo 0 > /sys/kernel/debug/fail_page_alloc/min-order");
-	run("echo 0 > /sys/kernel/debug/fail_page_alloc/verbose");
-	snprintf(p, sizeof(p), "/proc/self/task/%ld/fail-nth", (long)syscall(SYS_gettid));
-	fnth = open(p, O_RDWR);
-	if (fnth < 0)
-		bail("%s: %s (needs CONFIG_FAULT_INJECTION, the debug rig kernel)", p, strerror(errno));
-}
 
 /* Nothing of a registration is left (the allocation itself may stay). */
 static int regs_idle(void)
@@ -448,7 +411,7 @@ int main(void)
 	fd = gpusim_and_host_mr(&c, LEN, &h, &hmr);
 	if (gmem_alloc(fd, LEN, &g))
 		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
-	fault_setup();
+	fnth_setup();
 	ok(still_works(&g, 7), "a registration without faults works");
 
 #ifdef FAILNTH_LOAD_ONLY

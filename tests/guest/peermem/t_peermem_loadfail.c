@@ -36,7 +36,6 @@
 #define STRIDE 8
 #define MARK "cannot create /dev/peermem"
 
-static int fnth;
 static int op_run, op_quit, op_idle;
 /* The files the opener opens (and keeps the first of each, in op_fd). */
 static const char *const op_path[2] = { PEERMEM_DEVICE_PATH, PMDBG "registrations_acquired" };
@@ -44,28 +43,6 @@ static int op_fd[2] = { -1, -1 };
 static long op_opens[2];
 /* What the loading thread's fail-nth was when the device first opened. */
 static long op_left_at_open = -1;
-
-static void fnth_set(int n)
-{
-	char b[16];
-	int l = snprintf(b, sizeof(b), "%d", n);
-
-	if (pwrite(fnth, b, l, 0) != l)
-		bail("cannot write fail-nth: %s", strerror(errno));
-}
-
-/* Reset fail-nth; returns what was left (0: the fault was injected). */
-static int fnth_take(void)
-{
-	char b[16] = "";
-	int left;
-
-	if (pread(fnth, b, sizeof(b) - 1, 0) <= 0)
-		bail("cannot read fail-nth: %s", strerror(errno));
-	left = atoi(b);
-	fnth_set(0);
-	return left;
-}
 
 /*
  * Opens /dev/peermem and a debugfs counter of peermem while op_run; keeps
@@ -196,7 +173,7 @@ static int load_step(const char *ko, int n, int *failed, int *found, int *m0)
 
 int main(void)
 {
-	char ko[512], p[64];
+	char ko[512];
 	int total, left, n, e, loads = 0, failed = 0, m0, found = 0, bad = 0, dev;
 	int lo, hi, stride, first, finest = 0;
 	int budget = getenv("LOADFAIL_SECONDS") ? atoi(getenv("LOADFAIL_SECONDS")) : 60;
@@ -210,15 +187,7 @@ int main(void)
 		snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
 	if (run("rmmod peermem"))
 		bail("cannot unload peermem");
-	run("echo N > /sys/kernel/debug/failslab/ignore-gfp-wait");
-	run("echo 0 > /sys/kernel/debug/failslab/verbose");
-	run("echo N > /sys/kernel/debug/fail_page_alloc/ignore-gfp-wait");
-	run("echo 0 > /sys/kernel/debug/fail_page_alloc/min-order");
-	run("echo 0 > /sys/kernel/debug/fail_page_alloc/verbose");
-	snprintf(p, sizeof(p), "/proc/self/task/%ld/fail-nth", (long)syscall(SYS_gettid));
-	fnth = open(p, O_RDWR);
-	if (fnth < 0)
-		bail("%s: %s (needs CONFIG_FAULT_INJECTION, the debug rig kernel)", p, strerror(errno));
+	fnth_setup();
 	if (pthread_create(&t, NULL, opener, NULL))
 		bail("pthread_create");
 
