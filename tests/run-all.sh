@@ -162,11 +162,22 @@ slots=${PEERMEM_VM_SLOTS:-2}
 [[ $slots =~ ^[1-8]$ ]] || pm_die "PEERMEM_VM_SLOTS=$slots: want 1 to 8"
 # Times measured here win; tests/vm/test-times.tsv (committed, measured in
 # the rig on 2026-11-26) stands in on a machine that has run none.
-times=$PEERMEM_CACHE/logs/vm-test-times.tsv
+# Read once: the newest line of a label counts.
+declare -A secs=()
+while IFS=$'\t' read -r l t _; do
+	[[ $l == \#* || ! $t =~ ^[0-9]+$ ]] || secs[$l]=$t
+done < <(cat tests/vm/test-times.tsv "$PEERMEM_CACHE/logs/vm-test-times.tsv" 2>/dev/null)
 est() { # est TEST: its last recorded time in seconds (20 if none)
 	local l=${1#tests/}; l=${l%%/}
-	cat tests/vm/test-times.tsv "$times" 2>/dev/null |
-		awk -F'\t' -v l="$l" '$1 == l { t = $2 } END { print (t == "" ? 20 : t) }'
+	echo "${secs[$l]:-20}"
+}
+# programs AREA...: the guest programs of the selected AREAs.
+programs() {
+	local a t
+	for a in "$@"; do
+		wanted "$a" || continue
+		for t in tests/guest/$a/t_*; do [ -f "$t" ] && [ -x "$t" ] && echo "$t"; done
+	done
 }
 # Each job: "SLOT|DESCRIPTION|ENV (space-separated)|TESTS (space-separated)".
 # The extra jobs (fixed sets of tests with an environment of their own) are
@@ -189,18 +200,14 @@ extra_job() { local desc=$1 env=$2; shift 2; extra+=("$desc"'|'"$env"'|'"$*"); }
 # PEERMEM_OLD_BRANCH_ALL=1 both areas run whole. PEERMEM_OLD_BRANCH=none
 # skips it, another value picks the branch.
 old_branch=${PEERMEM_OLD_BRANCH:-550}
-branch_only='^t_(peermem_(failnth|failnth_load|loadfail|hostile|lifetime|oom|notifier_alloc|rcache|stale|events)|e2e_refclient)$'
+any_branch='^t_(peermem_(failnth|failnth_load|loadfail|hostile|lifetime|oom|notifier_alloc|rcache|stale|events)|e2e_refclient)$'
 if [ "$old_branch" != none ]; then
 	[[ $old_branch =~ ^[0-9]+$ ]] || pm_die "PEERMEM_OLD_BRANCH=$old_branch: want a gpusim branch (550, 570, 580, 595) or none"
 	btests=()
-	for a in peermem e2e; do
-		wanted "$a" || continue
-		for t in tests/guest/$a/t_*; do
-			[ -f "$t" ] && [ -x "$t" ] || continue
-			[ "${PEERMEM_OLD_BRANCH_ALL:-0}" = 1 ] || ! [[ ${t##*/} =~ $branch_only ]] || continue
-			btests+=("$t")
-		done
-	done
+	while read -r t; do
+		[ "${PEERMEM_OLD_BRANCH_ALL:-0}" = 1 ] || ! [[ ${t##*/} =~ $any_branch ]] || continue
+		btests+=("$t")
+	done < <(programs peermem e2e)
 	[ ${#btests[@]} -gt 0 ] && extra_job "peermem and e2e against NVIDIA $old_branch (gpusim branch=$old_branch; scripts/vm.sh)" \
 		"GPUSIM_ARGS=branch=$old_branch" "${btests[@]}"
 fi
@@ -208,11 +215,7 @@ fi
 # peermem and e2e again with gpusim's RM lock (PEERMEM_RM_LOCK_RUN=1; see
 # docs/gpusim.md, "The resource manager's lock"): one more job.
 if [ "${PEERMEM_RM_LOCK_RUN:-0}" = 1 ]; then
-	rtests=()
-	for a in peermem e2e; do
-		wanted "$a" || continue
-		for t in tests/guest/$a/t_*; do [ -f "$t" ] && [ -x "$t" ] && rtests+=("$t"); done
-	done
+	mapfile -t rtests < <(programs peermem e2e)
 	[ ${#rtests[@]} -gt 0 ] && extra_job "guest tests with GPUSIM_RM_LOCK=1 (scripts/vm.sh)" "GPUSIM_RM_LOCK=1" "${rtests[@]}"
 fi
 
