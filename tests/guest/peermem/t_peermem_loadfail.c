@@ -176,7 +176,7 @@ int main(void)
 	char ko[512];
 	int total, left, n, e, loads = 0, failed = 0, m0, found = 0, bad = 0, dev;
 	int lo, hi, stride, first, finest = 0;
-	int budget = getenv("LOADFAIL_SECONDS") ? atoi(getenv("LOADFAIL_SECONDS")) : 60;
+	int budget = getenv("LOADFAIL_SECONDS") ? atoi(getenv("LOADFAIL_SECONDS")) : 30;
 	double t0;
 	pthread_t t;
 
@@ -226,7 +226,7 @@ int main(void)
 	/*
 	 * Fail the allocations from BEFORE before that point to AFTER after it
 	 * in turn: the device's own registration, and what init does after
-	 * it. To a time budget (LOADFAIL_SECONDS, default 60): first every
+	 * it. To a time budget (LOADFAIL_SECONDS, default 30): first every
 	 * STRIDE-th from the top of the window down (the minimum, done
 	 * whatever the time; the device's registration makes more than STRIDE
 	 * allocations in a row, so this pass fails it at least once), then

@@ -13,7 +13,11 @@
  * leave the new memory unchanged) and read back. The number of events the
  * cache drained equals the number of cached MRs revoked.
  *
- * RCACHE_ROUNDS (environment) sets the rounds (default 2000).
+ * The loop runs to a time budget, not a count: RCACHE_SECONDS (default 45)
+ * of rounds, at least RCACHE_MIN_ROUNDS (default 200: each way of replacing
+ * memory about 25 times, reached in about 30 s on one core of a loaded
+ * machine) and at most RCACHE_ROUNDS (default 2000). The checks scale with
+ * the rounds actually run.
  */
 #define _GNU_SOURCE
 #include "peermem_test.h"
@@ -106,7 +110,10 @@ static int cached(const struct rcache *rc, const struct slot *sl)
 
 int main(void)
 {
-	unsigned long rounds = strtoul(getenv("RCACHE_ROUNDS") ?: "2000", NULL, 10);
+	unsigned long max_rounds = strtoul(getenv("RCACHE_ROUNDS") ?: "2000", NULL, 10);
+	unsigned long min_rounds = strtoul(getenv("RCACHE_MIN_ROUNDS") ?: "200", NULL, 10);
+	double secs = strtod(getenv("RCACHE_SECONDS") ?: "45", NULL);
+	unsigned long rounds;
 	unsigned long replaced[NHOW] = { 0 }, revoked_cached = 0, rdma = 0, bad_status = 0;
 	unsigned long bad_bytes = 0, bad_readback = 0, reg_fail = 0;
 	struct rcache rc;
@@ -133,8 +140,12 @@ int main(void)
 		slot_alloc(&s[i]);
 	}
 
+	if (min_rounds > max_rounds)
+		min_rounds = max_rounds;
 	t0 = now_s();
-	for (unsigned long n = 0; n < rounds; n++) {
+	for (rounds = 0; rounds < max_rounds &&
+	     (rounds < min_rounds || now_s() - t0 < secs); rounds++) {
+		unsigned long n = rounds;
 		struct slot *sl;
 		struct ibv_mr *mr;
 		uint32_t off, len, seed = 0x1000000u + (uint32_t)n;
@@ -187,8 +198,8 @@ int main(void)
 		if (!check(h + SLOT_LEN, len, seed) && bad_readback++ < 5)
 			diag("round %lu: RDMA READ returned other bytes", n);
 	}
-	diag("%lu rounds in %.1f s: %lu RDMA operations; replaced by %s %lu, %s %lu, %s %lu, %s %lu; cache hits %lu misses %lu, events %lu (overflows %lu), MRs dropped %lu",
-	     rounds, now_s() - t0, rdma, how_str[0], replaced[0], how_str[1], replaced[1],
+	diag("%lu rounds (budget %.0f s, at least %lu, at most %lu) in %.1f s: %lu RDMA operations; replaced by %s %lu, %s %lu, %s %lu, %s %lu; cache hits %lu misses %lu, events %lu (overflows %lu), MRs dropped %lu",
+	     rounds, secs, min_rounds, max_rounds, now_s() - t0, rdma, how_str[0], replaced[0], how_str[1], replaced[1],
 	     how_str[2], replaced[2], how_str[3], replaced[3], rc.hits, rc.misses, rc.events,
 	     rc.overflows, rc.dropped);
 	ok(replaced[FREE] && replaced[MUNMAP] && replaced[MREMAP] && replaced[MAPFIXED] &&
