@@ -69,9 +69,9 @@ set -euo pipefail
 cd "$PEERMEM_ROOT"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-bad() { printf 'peermem: error: %s (see scripts/bench.sh --help)\n' "$*" >&2; exit 2; }
+bad() { pm_usage_die "$*" 'scripts/bench.sh [--rounds N] [--kernel plain|debug] [--kdir DIR] [--large-mib N] [--pfn-mib N] [--mem SIZE] [--src DIR] [--out DIR] [--append ARGS] [--profile SPEC] [--memory-detail] [--callgraph] [--skip-setup] (--help)'; }
 rounds=10 kernel=plain kdir= large_mib=512 pfn_mib=16 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile= memdetail=0 callgraph=0
-need() { [ $# -ge 2 ] && [ -n "$2" ] || bad "$1 needs a value"; }
+need() { [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || bad "option $1 needs a value"; }
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) need "$@"; rounds=$2; shift 2 ;;

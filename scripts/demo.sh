@@ -23,11 +23,11 @@ skip_setup=0 kdir= bench= bench_rounds=20
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--skip-setup) skip_setup=1; shift ;;
-	--kdir) [ -n "${2:-}" ] || pm_die "--kdir needs a directory"; kdir=$2; shift 2 ;;
+	--kdir) pm_need_value 'scripts/demo.sh [--skip-setup] [--kdir DIR] [--bench [ROUNDS]] [--help]' "$@"; kdir=$2; shift 2 ;;
 	--bench) bench=1; shift
 		if [[ "${1:-}" =~ ^[0-9]+$ ]]; then bench_rounds=$1; shift; fi ;;
 	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) pm_die "unknown argument '$1'; usage: scripts/demo.sh [--skip-setup] [--kdir DIR] [--bench [ROUNDS]]" ;;
+	*) pm_usage_die "unknown argument '$1'" 'scripts/demo.sh [--skip-setup] [--kdir DIR] [--bench [ROUNDS]] [--help]' ;;
 	esac
 done
 

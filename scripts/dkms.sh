@@ -40,19 +40,32 @@ name=peermem
 version=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' "$top/include/peermem_ffi.h")
 
 die() { echo "peermem: dkms: $*" >&2; exit 1; }
-[ -n "$version" ] || die "cannot read PEERMEM_VERSION from include/peermem_ffi.h"
-command -v "$dkms" >/dev/null || die "dkms not found: install it (Debian/Ubuntu: apt install dkms; RHEL: dnf install dkms from EPEL)"
-[ "$(id -u)" = 0 ] || die "run as root (sudo make dkms-install)"
+usage='scripts/dkms.sh install [--dropin] [--kernel REL]... | uninstall | --help'
+usage_die() { printf 'peermem: dkms: %s\nusage: %s\n' "$1" "$usage" >&2; exit 2; }
 
+# Options first: --help and usage errors touch nothing.
 cmd=${1:-}; shift || true
+case $cmd in
+-h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+install|uninstall) ;;
+'') usage_die "no command" ;;
+*) usage_die "unknown command '$cmd'" ;;
+esac
 dropin=0 kernels=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--dropin) dropin=1; shift ;;
-	--kernel) kernels+=("$2"); shift 2 ;;
-	*) die "unknown argument '$1'" ;;
+	--kernel) [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || usage_die "option --kernel needs a kernel release"
+		kernels+=("$2"); shift 2 ;;
+	-h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) usage_die "unknown argument '$1'" ;;
 	esac
 done
+if [ "$cmd" = uninstall ] && { [ "$dropin" = 1 ] || [ ${#kernels[@]} -gt 0 ]; }; then usage_die "uninstall takes no options"; fi
+
+[ -n "$version" ] || die "cannot read PEERMEM_VERSION from include/peermem_ffi.h"
+command -v "$dkms" >/dev/null || die "dkms not found: install it (Debian/Ubuntu: apt install dkms; RHEL: dnf install dkms from EPEL)"
+[ "$(id -u)" = 0 ] || die "run as root (sudo make dkms-install)"
 
 # The versions of peermem dkms knows.
 registered() {

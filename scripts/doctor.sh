@@ -28,10 +28,11 @@ root=${PEERMEM_DOCTOR_ROOT:-}
 rel=''
 while [ $# -gt 0 ]; do
 	case $1 in
-	--root) root=$2; shift 2 ;;
-	--release) rel=$2; shift 2 ;;
+	--root|--release) [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] ||
+		{ printf 'doctor: option %s needs a value\nusage: scripts/doctor.sh [--root DIR] [--release RELEASE] [--help]\n' "$1" >&2; exit 2; }
+		if [ "$1" = --root ]; then root=$2; else rel=$2; fi; shift 2 ;;
 	-h|--help) sed -n '3,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
-	*) echo "doctor: unknown argument '$1' (--help)" >&2; exit 2 ;;
+	*) printf "doctor: unknown argument '%s'\nusage: scripts/doctor.sh [--root DIR] [--release RELEASE] [--help]\n" "$1" >&2; exit 2 ;;
 	esac
 done
 root=${root%/}

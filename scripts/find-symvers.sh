@@ -48,16 +48,17 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=${PEERMEM_SYSROOT:-}
 kdir='' release='' arch='' out='' what=''
+fs_usage='scripts/find-symvers.sh [nvidia|ofed] [--kdir DIR] [--release REL] [--arch ARCH] [--out FILE] [--root DIR] [--help]'
 while [ $# -gt 0 ]; do
 	case $1 in
-	--kdir) kdir=$2; shift 2 ;;
-	--release) release=$2; shift 2 ;;
-	--arch) arch=$2; shift 2 ;;
-	--out) out=$2; shift 2 ;;
-	--root) root=$2; shift 2 ;;
+	--kdir|--release|--arch|--out|--root)
+		[ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] ||
+			{ printf 'error: find-symvers.sh: option %s needs a value\nusage: %s\n' "$1" "$fs_usage" >&2; exit 2; }
+		case $1 in --kdir) kdir=$2 ;; --release) release=$2 ;; --arch) arch=$2 ;; --out) out=$2 ;; --root) root=$2 ;; esac
+		shift 2 ;;
 	-h|--help) sed -n '3,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
 	nvidia|ofed) what=$1; shift ;;
-	*) echo "error: find-symvers.sh: unknown argument '$1' (--help)"; exit 1 ;;
+	*) printf "error: find-symvers.sh: unknown argument '%s'\nusage: %s\n" "$1" "$fs_usage" >&2; exit 2 ;;
 	esac
 done
 [ -n "$what" ] || { echo "error: find-symvers.sh: say nvidia or ofed (--help)"; exit 1; }

@@ -24,13 +24,15 @@ set -euo pipefail
 
 variant=debug
 print_only=0 prepare_only=0
+usage='scripts/kernel.sh [--variant debug|plain|NAME] [--kver 7.3|6.12] [--prepare-only] [--print-kdir] [--help]'
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--variant) variant=$2; shift 2 ;;
-	--kver) RIG_KVER=$2; shift 2 ;;
+	--variant) pm_need_value "$usage" "$@"; variant=$2; shift 2 ;;
+	--kver) pm_need_value "$usage" "$@"; RIG_KVER=$2; shift 2 ;;
 	--print-kdir) print_only=1; shift ;;
 	--prepare-only) prepare_only=1; shift ;;
-	*) pm_die "unknown argument '$1'; usage: scripts/kernel.sh [--variant debug|plain|NAME] [--kver 7.3|6.12] [--prepare-only] [--print-kdir]" ;;
+	-h|--help) pm_help "$0" '^set -euo'; exit 0 ;;
+	*) pm_usage_die "unknown argument '$1'" "$usage" ;;
 	esac
 done
 # debug (the rig's: KASAN, lockdep, kmemleak, DMA-API debug, fault

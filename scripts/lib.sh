@@ -21,6 +21,16 @@ pm_stage() {
 # die WHAT HOWTOFIX: one clear line, then exit 1.
 pm_die()   { printf 'peermem: error: %s\n' "$*" >&2; exit 1; }
 
+# pm_usage_die MSG USAGE: a usage error (exit 2), the usage line after it.
+pm_usage_die() { printf 'peermem: error: %s\nusage: %s\n' "$1" "$2" >&2; exit 2; }
+# pm_need_value USAGE OPT [VALUE...]: OPT must have a value (not empty, not
+# another option); else a usage error. Call as: pm_need_value "$usage" "$@".
+pm_need_value() {
+	[ $# -ge 3 ] && [ -n "$3" ] && [[ $3 != --* ]] || pm_usage_die "option $2 needs a value" "$1"
+}
+# pm_help FILE END: print FILE's header comment (line 2 to the line matching END).
+pm_help() { sed -n "2,/$2/p" "$1" | sed '$d; /^# SPDX/d; s/^# \{0,1\}//'; }
+
 pm_need_cmd() { # cmd "how to get it"
 	command -v "$1" >/dev/null 2>&1 || pm_die "'$1' not found; $2"
 }

@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
 # Install everything peermem's build, rig and tests need on a Debian 12 host.
 # Idempotent: every step checks first and skips what is already there.
+#
+#   scripts/setup-host.sh [--any-os] [--help]
+#
+# What it changes on the host: adds /etc/apt/sources.list.d/peermem.sources
+# (bookworm-backports, trixie-backports, trixie contrib) and
+# /etc/apt/preferences.d/peermem (pinning trixie down so that it replaces
+# nothing else), runs apt-get update and installs about 25 packages (build
+# tools, clang/lld/llvm 19, rdma-core, perftest, QEMU, dkms), the rustup
+# components rust-src, rustfmt and clippy, and bindgen-cli with cargo.
+# This is for a Debian 12 machine that runs the rig (a CI runner, a
+# developer's box), never for a GPU server: the module itself needs none
+# of it (docs/install.md). On anything that is not Debian 12 it refuses,
+# unless --any-os (or PEERMEM_SETUP_ANY_OS=1) says you mean it.
 set -euo pipefail
 # Read whole before running (the braces below): a script edited while it
 # runs, or waits for a lock, must not change under the running shell.
@@ -21,6 +34,24 @@ APT_PKGS=(
 	dkms zstd
 )
 BINDGEN_VERSION=${BINDGEN_VERSION:-0.73.2}
+
+usage='scripts/setup-host.sh [--any-os] [--help]'
+any_os=${PEERMEM_SETUP_ANY_OS:-0}
+while [ $# -gt 0 ]; do
+	case $1 in
+	--any-os) any_os=1; shift ;;
+	-h|--help) pm_help "$0" '^set -euo'; exit 0 ;;
+	*) pm_usage_die "unknown argument '$1'" "$usage" ;;
+	esac
+done
+os_id= os_ver=
+if [ -r "${PEERMEM_OS_RELEASE:-/etc/os-release}" ]; then
+	os_id=$(. "${PEERMEM_OS_RELEASE:-/etc/os-release}" && echo "${ID:-}")
+	os_ver=$(. "${PEERMEM_OS_RELEASE:-/etc/os-release}" && echo "${VERSION_ID:-}")
+fi
+if [ "$os_id $os_ver" != "debian 12" ] && [ "$any_os" != 1 ]; then
+	pm_die "this host is ${os_id:-unknown} ${os_ver:-?}, not Debian 12: scripts/setup-host.sh would add Debian's apt sources and install the rig's packages here. On a GPU server you need none of it (docs/install.md). To set up the rig on this host anyway: scripts/setup-host.sh --any-os (tests/run-all.sh and scripts/demo.sh run it: pass --skip-setup after setting up by hand, or PEERMEM_SETUP_ANY_OS=1)"
+fi
 
 pm_stage "host: apt sources"
 src=/etc/apt/sources.list.d/peermem.sources

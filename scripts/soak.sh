@@ -30,9 +30,10 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$PEERMEM_ROOT"
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 rounds=100000 seconds=0 client=peermem procs=3 epochs=50 reload=5 seed=0 kdir= verbose=()
-need() { [ $# -ge 2 ] && [ -n "$2" ] || pm_die "option $1 needs a value (scripts/soak.sh --help)"; }
+soak_usage='scripts/soak.sh [--rounds N] [--seconds S] [--client NAME] [--procs P] [--epochs E] [--reload-every N] [--seed N] [--kdir DIR] [-v] (--help)'
+need() { pm_need_value "$soak_usage" "$@"; }
 uint() { [[ $2 =~ ^[0-9]+$ ]] || pm_die "$1 wants a number, got '$2'"; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -46,7 +47,7 @@ while [ $# -gt 0 ]; do
 	--kdir) need "$@"; kdir=$2; shift 2 ;;
 	-v) verbose=(-v); shift ;;
 	-h|--help) usage ;;
-	*) pm_die "unknown argument '$1' (scripts/soak.sh --help)" ;;
+	*) pm_usage_die "unknown argument '$1'" "$soak_usage" ;;
 	esac
 done
 case "$client" in peermem|nvpeermem) ;; *) pm_die "--client wants peermem or nvpeermem, got '$client'" ;; esac

@@ -40,8 +40,8 @@ set -uo pipefail
 {
 . "$(dirname "$0")/lib.sh"
 
-usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
-bad() { printf 'peermem: error: %s\n' "$*" >&2; exit 2; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
+bad() { printf 'peermem: error: %s\nusage: scripts/vm.sh [--kdir DIR] [OPTION...] [--] TEST... | --cmd CMD (scripts/vm.sh --help)\n' "$*" >&2; exit 2; }
 
 kdir= test_timeout=300 total_timeout= accel=${PEERMEM_VM_ACCEL:-auto} mem=2G smp=2
 # What the guest's calibration loop takes on an idle 2-core machine under TCG
@@ -50,7 +50,7 @@ kdir= test_timeout=300 total_timeout= accel=${PEERMEM_VM_ACCEL:-auto} mem=2G smp
 cal_ref_ms=${PEERMEM_CAL_REF_MS:-1150}
 kmemleak=1 verbose=0 keep=0 cmd= have_cmd=0
 tests=() envs=() extra_append=
-need_arg() { [ $# -ge 2 ] && [ -n "$2" ] || bad "option $1 needs a value (see scripts/vm.sh --help)"; }
+need_arg() { [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || bad "option $1 needs a value (see scripts/vm.sh --help)"; }
 is_uint() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }
 while [ $# -gt 0 ]; do
 	case "$1" in

@@ -36,13 +36,13 @@ cd "$PEERMEM_ROOT" || exit 1
 only=() skip_setup=0 kdir= verbose=() variant=debug
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--only) [ -n "${2:-}" ] || pm_die "--only needs an area name"; only+=("$2"); shift 2 ;;
+	--only) pm_need_value 'tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V] [-v] [--help]' "$@"; only+=("$2"); shift 2 ;;
 	--skip-setup) skip_setup=1; shift ;;
-	--kdir) [ -n "${2:-}" ] || pm_die "--kdir needs a directory"; kdir=$2; shift 2 ;;
-	--variant) [ -n "${2:-}" ] || pm_die "--variant needs a name (debug, plain, or tests/rig/variant-NAME.config)"; variant=$2; shift 2 ;;
+	--kdir) pm_need_value 'tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V] [-v] [--help]' "$@"; kdir=$2; shift 2 ;;
+	--variant) pm_need_value 'tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V] [-v] [--help]' "$@"; variant=$2; shift 2 ;;
 	-v|--verbose) verbose=(-v); shift ;;
 	-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) pm_die "unknown argument '$1'; usage: tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V] [-v]" ;;
+	*) pm_usage_die "unknown argument '$1'" 'tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V] [-v] [--help]' ;;
 	esac
 done
 wanted() { # wanted AREA: is this area selected?

@@ -50,10 +50,10 @@ NV_GIT_VERSIONS=${NV_GIT_VERSIONS-595.45.04}
 kdir=${KDIR:-} llvm=${LLVM:-} import_git= import_tag=
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--kdir) kdir=${2:-}; shift 2 ;;
-	--llvm) llvm=${2:-}; shift 2 ;;
-	--import-git) import_git=${2:-}; shift 2 ;;
-	--tag) import_tag=${2:-}; shift 2 ;;
+	--kdir|--llvm|--import-git|--tag)
+		pm_need_value 'tests/nvpeermem/build.sh [--kdir DIR] [--llvm SUFFIX] | --import-git DIR --tag TAG' "$@"
+		case $1 in --kdir) kdir=$2 ;; --llvm) llvm=$2 ;; --import-git) import_git=$2 ;; --tag) import_tag=$2 ;; esac
+		shift 2 ;;
 	-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "nvpeermem: error: unknown argument '$1'; usage: tests/nvpeermem/build.sh [--kdir DIR] [--llvm SUFFIX] | --import-git DIR --tag TAG" >&2; exit 2 ;;
 	esac

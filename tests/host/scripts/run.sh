@@ -72,6 +72,76 @@ if [ -f Makefile ] && [ -n "$kdir" ]; then
 else
 	skip "make without bindgen on PATH (needs the Makefile and a built rig kernel)"
 fi
+
+# Every user-facing script: --help prints its usage and exit 0 and does
+# nothing else (stand-ins for apt-get, sudo, make, dkms, qemu, modprobe and
+# friends record any call; a fresh $PEERMEM_CACHE must stay empty); an
+# unknown option and an option without its value get a usage line and exit
+# 2, never a shell error ("unbound variable"). Libraries (lib.sh,
+# nvidia-deb.sh) are sourced, not run.
+mkdir -p "$tmp/sidefx/bin"
+for c in apt-get apt sudo dpkg dpkg-deb make qemu-system-x86_64 dkms modprobe insmod rmmod depmod curl wget git cargo rustup tee; do
+	printf '#!/bin/sh\necho "%s $*" >> "%s/sidefx/calls"\nexit 0\n' "$c" "$tmp" > "$tmp/sidefx/bin/$c"; chmod +x "$tmp/sidefx/bin/$c"
+done
+# script|an option that takes a value ('' if none)
+while IFS='|' read -r sc vopt; do
+	[ -f "$sc" ] || { not_ok "$sc exists"; continue; }
+	: > "$tmp/sidefx/calls"; rm -rf "$tmp/sidefx/cache"
+	out=$(PEERMEM_CACHE="$tmp/sidefx/cache" PATH="$tmp/sidefx/bin:$PATH" timeout 30 bash "$sc" --help 2>&1); rc=$?
+	if [ "$rc" = 0 ] && grep -q "${sc##*/}" <<<"$out" && [ ! -s "$tmp/sidefx/calls" ] && [ ! -e "$tmp/sidefx/cache" ]; then
+		ok "$sc --help: usage, exit 0, no side effect"
+	else
+		not_ok "$sc --help: usage naming the script, exit 0, no side effect (exit $rc; calls: $(tr '\n' ';' < "$tmp/sidefx/calls"); cache $([ -e "$tmp/sidefx/cache" ] && echo created || echo untouched))"
+		head -n 5 <<<"$out" | sed 's/^/#   | /'
+	fi
+	out=$(PEERMEM_CACHE="$tmp/sidefx/cache" PATH="$tmp/sidefx/bin:$PATH" timeout 30 bash "$sc" --frobnicate 2>&1); rc=$?
+	if [ "$rc" = 2 ] && grep -qi 'usage' <<<"$out" && ! grep -q 'unbound variable' <<<"$out" && [ ! -s "$tmp/sidefx/calls" ]; then
+		ok "$sc --frobnicate: a usage line, exit 2"
+	else
+		not_ok "$sc --frobnicate: a usage line, exit 2 (exit $rc)"; head -n 5 <<<"$out" | sed 's/^/#   | /'
+	fi
+	[ -n "$vopt" ] || continue
+	for form in end dash; do
+		if [ "$form" = end ]; then args=("$vopt"); else args=("$vopt" --help); fi
+		out=$(PEERMEM_CACHE="$tmp/sidefx/cache" PATH="$tmp/sidefx/bin:$PATH" timeout 30 bash "$sc" "${args[@]}" 2>&1); rc=$?
+		if [ "$rc" = 2 ] && grep -q 'needs a' <<<"$out" && grep -qi 'usage' <<<"$out" && ! grep -q 'unbound variable' <<<"$out"; then
+			ok "$sc ${args[*]}: '$vopt needs a value', a usage line, exit 2"
+		else
+			not_ok "$sc ${args[*]}: '$vopt needs a value', a usage line, exit 2 (exit $rc)"; head -n 5 <<<"$out" | sed 's/^/#   | /'
+		fi
+	done
+done <<'L'
+scripts/bench.sh|--rounds
+scripts/demo.sh|--kdir
+scripts/dkms.sh|
+scripts/doctor.sh|--root
+scripts/find-symvers.sh|--kdir
+scripts/kernel.sh|--variant
+scripts/setup-host.sh|
+scripts/soak.sh|--seconds
+scripts/vm.sh|--kdir
+tests/run-all.sh|--only
+tests/nvpeermem/build.sh|--tag
+L
+out=$(bash scripts/dkms.sh install --kernel 2>&1); rc=$?
+if [ "$rc" = 2 ] && grep -q 'needs a kernel release' <<<"$out"; then ok "scripts/dkms.sh install --kernel: needs a kernel release, exit 2"
+else not_ok "scripts/dkms.sh install --kernel: needs a kernel release, exit 2 (exit $rc: $out)"; fi
+out=$(bash scripts/bindgen.sh --help 2>&1); rc=$?
+if [ "$rc" = 0 ] && grep -q 'scripts/bindgen.sh KDIR HEADER OUTPUT' <<<"$out"; then ok "scripts/bindgen.sh --help: usage, exit 0"
+else not_ok "scripts/bindgen.sh --help: usage, exit 0 (exit $rc)"; fi
+out=$(bash scripts/bindgen.sh onlyone 2>&1); rc=$?
+if [ "$rc" = 2 ] && grep -q '^usage: scripts/bindgen.sh' <<<"$out"; then ok "scripts/bindgen.sh with wrong arguments: a usage line, exit 2"
+else not_ok "scripts/bindgen.sh with wrong arguments: a usage line, exit 2 (exit $rc)"; fi
+# setup-host.sh refuses a host that is not Debian 12 (an Ubuntu GPU server),
+# before touching anything.
+printf 'ID=ubuntu\nVERSION_ID="24.04"\n' > "$tmp/os-release"
+: > "$tmp/sidefx/calls"
+out=$(PEERMEM_OS_RELEASE="$tmp/os-release" PEERMEM_SETUP_ANY_OS=0 PEERMEM_CACHE="$tmp/sidefx/cache" PATH="$tmp/sidefx/bin:$PATH" bash scripts/setup-host.sh 2>&1); rc=$?
+if [ "$rc" != 0 ] && grep -q 'not Debian 12' <<<"$out" && grep -q -- '--any-os' <<<"$out" && [ ! -s "$tmp/sidefx/calls" ]; then
+	ok "scripts/setup-host.sh on Ubuntu 24.04 refuses before touching anything, naming --any-os"
+else
+	not_ok "scripts/setup-host.sh on Ubuntu 24.04 refuses before touching anything (exit $rc; calls: $(tr '\n' ';' < "$tmp/sidefx/calls"))"; head -n 3 <<<"$out" | sed 's/^/#   | /'
+fi
 expect_clean_error "scripts/vm.sh with no tests" "nothing to run" scripts/vm.sh
 expect_clean_error "scripts/vm.sh with a test that does not exist" "does not exist" scripts/vm.sh --kdir "$tmp/notakernel" tests/guest/nosuch/t_nothing
 : > "$tmp/t_notexec"
