@@ -7,8 +7,10 @@
 #   make modules_install      install (INSTALL_MOD_PATH=... honoured)
 #   make clean
 #   make symvers              say which Module.symvers a build would use
-#   make dkms-install         install with DKMS for every Rust kernel (root;
-#                             DROPIN=1, KERNELS="rel ..."); dkms-uninstall
+#   make dkms-install         install with DKMS for every Rust kernel (root):
+#                             the drop-in nvidia_peermem, loaded at boot;
+#                             DROPIN=0 for peermem.ko, BOOT_LOAD=0, KERNELS="rel ...";
+#                             make dkms-uninstall removes it
 #   make doctor               check this machine (scripts/doctor.sh)
 #   make dropin               build the drop-in (below) into dropin/, a copy
 #                             of the sources, beside ./peermem.ko (the tests
@@ -24,7 +26,9 @@
 # it is the only thing that satisfies them. Use it instead of nvidia-peermem,
 # never beside it: the kernel refuses to load a second module of the same name
 # (insmod: File exists). The tree holds one variant: switching removes the
-# other .ko. Give DROPIN=1 to modules_install too. Default: peermem.ko.
+# other .ko. Give DROPIN=1 to modules_install too. Default of `make`:
+# peermem.ko (the rig's tests load it by that name); default of
+# `make dkms-install`: the drop-in, what a GPU server wants.
 #
 # peermem links directly against two other modules' exports, resolved by
 # modpost from their Module.symvers (so a mismatch is a build error, not an
@@ -236,7 +240,7 @@ modules_install:
 # each new one; DROPIN=1 installs the drop-in. KERNELS="rel ..." limits the
 # kernels built now. As root.
 dkms-install:
-	bash $(PEERMEM_DIR)/scripts/dkms.sh install $(if $(dropin),--dropin) $(foreach k,$(KERNELS),--kernel $(k))
+	bash $(PEERMEM_DIR)/scripts/dkms.sh install $(if $(filter 0 n no,$(DROPIN)),--peermem,--dropin) $(if $(filter 0 n no,$(BOOT_LOAD)),--no-boot-load) $(foreach k,$(KERNELS),--kernel $(k))
 dkms-uninstall:
 	bash $(PEERMEM_DIR)/scripts/dkms.sh uninstall
 

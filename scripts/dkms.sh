@@ -3,22 +3,31 @@
 # Install peermem as a DKMS module (built again by dkms for every new kernel),
 # or remove it. `make dkms-install` / `make dkms-uninstall` call this.
 #
-#   scripts/dkms.sh install [--dropin] [--kernel REL]...
+#   scripts/dkms.sh install [--peermem|--dropin] [--no-boot-load] [--kernel REL]...
 #   scripts/dkms.sh uninstall
 #
 # install:
 #   - copies the module's sources to /usr/src/peermem-<version>/ with a
-#     dkms.conf (dkms/dkms.conf.in): the module is peermem.ko, or with
-#     --dropin nvidia_peermem.ko (NVIDIA's name; README.md says when you
-#     want that); dkms builds it only for kernels with CONFIG_RUST=y
+#     dkms.conf (dkms/dkms.conf.in): by default the module is the drop-in
+#     nvidia_peermem.ko (NVIDIA's name, the one NCCL, UCX, UCC, NVSHMEM and
+#     Open MPI look for: /sys/module/nvidia_peermem/version), or with
+#     --peermem peermem.ko (the project's own name, which those stacks do
+#     not detect on a current OFED; README.md, "Default or drop-in");
+#     dkms builds it only for kernels with CONFIG_RUST=y
 #     (BUILD_EXCLUSIVE_CONFIG) and finds the NVIDIA and OFED Module.symvers
 #     at each build itself (scripts/find-symvers.sh);
 #   - BUILD_DEPENDS names the OFED and NVIDIA DKMS modules that are
 #     registered with dkms now (mlnx-ofed-kernel, nvidia*), so that after a
 #     kernel update dkms builds them first;
 #   - installs /etc/modprobe.d/peermem.conf (dkms/modprobe.conf.in):
-#     softdeps on the NVIDIA driver and OFED's core, and for the drop-in
-#     `blacklist nvidia-peermem`;
+#     softdeps on the NVIDIA driver and OFED's core; with --peermem also a
+#     rule that makes `modprobe nvidia-peermem` fail with a message (two
+#     clients named nv_mem would both register and the first would take
+#     every range);
+#   - loads the module at boot: /etc/modules-load.d/peermem.conf names it
+#     (systemd-modules-load; the softdeps load the driver and the core
+#     first). --no-boot-load leaves that file out (load it yourself, e.g.
+#     from the unit that starts your jobs);
 #   - `dkms add`, then `dkms install` for each kernel (default: every
 #     /lib/modules/<rel>/build with CONFIG_RUST=y; --kernel REL, repeatable,
 #     limits it). DKMS installs to /lib/modules/<rel>/updates/dkms (what
@@ -28,7 +37,8 @@
 # uninstall: `dkms remove --all` of every peermem version, and the files above.
 #
 # Environment: DKMS (the dkms command), PEERMEM_DKMS_SRC (default /usr/src),
-# PEERMEM_MODPROBE_D (default /etc/modprobe.d), PEERMEM_DKMS_JOBS (make -j
+# PEERMEM_MODPROBE_D (default /etc/modprobe.d), PEERMEM_MODULES_LOAD_D
+# (default /etc/modules-load.d), PEERMEM_DKMS_JOBS (make -j
 # for the build, default the number of CPUs).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,11 +46,12 @@ top=$(cd "$here/.." && pwd)
 dkms=${DKMS:-dkms}
 src_root=${PEERMEM_DKMS_SRC:-/usr/src}
 modprobe_d=${PEERMEM_MODPROBE_D:-/etc/modprobe.d}
+modules_load_d=${PEERMEM_MODULES_LOAD_D:-/etc/modules-load.d}
 name=peermem
 version=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' "$top/include/peermem_ffi.h")
 
 die() { echo "peermem: dkms: $*" >&2; exit 1; }
-usage='scripts/dkms.sh install [--dropin] [--kernel REL]... | uninstall | --help'
+usage='scripts/dkms.sh install [--peermem|--dropin] [--no-boot-load] [--kernel REL]... | uninstall | --help'
 usage_die() { printf 'peermem: dkms: %s\nusage: %s\n' "$1" "$usage" >&2; exit 2; }
 
 # Options first: --help and usage errors touch nothing.
@@ -51,17 +62,19 @@ install|uninstall) ;;
 '') usage_die "no command" ;;
 *) usage_die "unknown command '$cmd'" ;;
 esac
-dropin=0 kernels=()
+dropin=1 bootload=1 kernels=() nameopt=0
 while [ $# -gt 0 ]; do
 	case $1 in
-	--dropin) dropin=1; shift ;;
+	--dropin) dropin=1; nameopt=1; shift ;;
+	--peermem) dropin=0; nameopt=1; shift ;;
+	--no-boot-load) bootload=0; nameopt=1; shift ;;
 	--kernel) [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || usage_die "option --kernel needs a kernel release"
 		kernels+=("$2"); shift 2 ;;
 	-h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) usage_die "unknown argument '$1'" ;;
 	esac
 done
-if [ "$cmd" = uninstall ] && { [ "$dropin" = 1 ] || [ ${#kernels[@]} -gt 0 ]; }; then usage_die "uninstall takes no options"; fi
+if [ "$cmd" = uninstall ] && { [ "$nameopt" = 1 ] || [ ${#kernels[@]} -gt 0 ]; }; then usage_die "uninstall takes no options"; fi
 
 [ -n "$version" ] || die "cannot read PEERMEM_VERSION from include/peermem_ffi.h"
 command -v "$dkms" >/dev/null || die "dkms not found: install it (Debian/Ubuntu: apt install dkms; RHEL: dnf install dkms from EPEL)"
@@ -81,13 +94,13 @@ uninstall() {
 		rm -rf "${src_root:?}/$name-$v"
 	done
 	rm -rf "${src_root:?}/$name-$version"
-	rm -f "$modprobe_d/peermem.conf"
+	rm -f "$modprobe_d/peermem.conf" "$modules_load_d/peermem.conf"
 }
 
 case $cmd in
 uninstall) uninstall; echo "peermem: dkms: removed"; exit 0 ;;
 install) ;;
-*) die "usage: scripts/dkms.sh install [--dropin] [--kernel REL]... | uninstall" ;;
+*) usage_die "unknown command '$cmd'" ;;
 esac
 
 if [ ${#kernels[@]} = 0 ]; then
@@ -131,8 +144,19 @@ mkdir -p "$modprobe_d"
 	sed -n '/^# BEGIN common/,/^# END common/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in" | sed "s|@MODNAME@|$modname|g"
 	if [ "$dropin" = 1 ]; then
 		sed -n '/^# BEGIN dropin/,/^# END dropin/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
+	else
+		sed -n '/^# BEGIN peermem/,/^# END peermem/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
 	fi
 } >"$modprobe_d/peermem.conf"
+if [ "$bootload" = 1 ]; then
+	mkdir -p "$modules_load_d"
+	printf '# Installed by peermem (scripts/dkms.sh; make dkms-uninstall removes it):
+# load peermem at boot, after the GPU driver and the peer-memory core
+# (softdeps in %s/peermem.conf).
+%s
+' \
+		"$modprobe_d" "$modname" >"$modules_load_d/peermem.conf"
+fi
 
 "$dkms" add "$name/$version"
 rc=0

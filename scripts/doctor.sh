@@ -192,7 +192,7 @@ conf=''
 [ -d "$S/module/nv_peer_mem" ] && conf="nv_peer_mem (Mellanox's nv_peer_memory)"
 if [ -d "$S/module/nvidia_peermem" ] && ! ours nvidia_peermem; then conf+="${conf:+ and }nvidia_peermem (NVIDIA's nvidia-peermem $(rd "$S/module/nvidia_peermem/version"))"; fi
 if [ -n "$conf" ]; then
-	say FAIL conflict "$conf is loaded: it registers as the same peer-memory client; unload it (modprobe -r nvidia_peermem nv_peer_mem) and load peermem; 'make dkms-install DROPIN=1' blacklists nvidia-peermem"
+	say FAIL conflict "$conf is loaded: it registers as the same peer-memory client; unload it (modprobe -r nvidia_peermem nv_peer_mem) and load peermem; 'sudo make dkms-install' installs peermem as nvidia_peermem, which modprobe then loads instead of NVIDIA's"
 else
 	say PASS conflict "neither nvidia-peermem nor nv_peer_mem is loaded"
 fi
@@ -229,7 +229,7 @@ for s in "NCCL:/sys/kernel/mm/memory_peers/nv_mem/version /sys/kernel/mm/memory_
 	if f=$(probe ${s#*:}); then
 		say PASS "stack-$name" "will use GPUDirect RDMA (finds $f)"
 	else
-		say WARN "stack-$name" "finds none of ${s#*:}: it will report GPUDirect RDMA disabled (NCCL: 'GPU Direct RDMA Disabled'); load the drop-in (make DROPIN=1, module nvidia_peermem) — plain ibv_reg_mr on GPU memory works without it"
+		say WARN "stack-$name" "finds none of ${s#*:}: it will report GPUDirect RDMA disabled (NCCL: 'GPU Direct RDMA Disabled'); load the drop-in (sudo make dkms-install, the default; module nvidia_peermem) — plain ibv_reg_mr on GPU memory works without it"
 	fi
 done
 

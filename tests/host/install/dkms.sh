@@ -71,13 +71,13 @@ cp "$ofd/Module.symvers" "$tr/usr/src/ofa_kernel/x86_64/6.8.0-old/"
 ln -s x86_64/6.8.0-old "$tr/usr/src/ofa_kernel/default"
 
 t0=$(date +%s)
-PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d \
-	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --dropin --kernel "$krel" >"$scratch/dkms-install.log" 2>&1
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --kernel "$krel" >"$scratch/dkms-install.log" 2>&1
 rc=$?
 t1=$(date +%s)
 log=$(dk_makelog)
 if [ "$rc" = 0 ] && dkms status "peermem/$ver" -k "$krel" 2>/dev/null | grep -q ': installed'; then
-	ok "dkms: make dkms-install DROPIN=1 builds and installs peermem/$ver for $krel ($((t1 - t0)) s)"
+	ok "dkms: make dkms-install (no option: the drop-in) builds and installs peermem/$ver for $krel ($((t1 - t0)) s)"
 else
 	notok "dkms: install for $krel (rc $rc)"
 	tail -n 25 "$scratch/dkms-install.log" | sed 's/^/#   /'
@@ -101,10 +101,16 @@ if [ -f "/usr/src/peermem-$ver/dkms.conf" ] && [ -f "/usr/src/peermem-$ver/rust/
 	ok "dkms: /usr/src/peermem-$ver holds the sources and dkms.conf, no build outputs of the checkout"
 else notok "dkms: /usr/src/peermem-$ver: $(echo "$junk" | head -n 3)"; fi
 mp=$scratch/modprobe.d/peermem.conf
-if grep -qx 'softdep nvidia_peermem pre: nvidia ib_uverbs ib_core' "$mp" 2>/dev/null && grep -qx 'blacklist nvidia-peermem' "$mp"; then
-	ok "dkms: modprobe.d/peermem.conf has the softdep on the driver and OFED's core, and blacklists nvidia-peermem"
+ml=$scratch/modules-load.d/peermem.conf
+if grep -qx 'softdep nvidia_peermem pre: nvidia ib_uverbs ib_core' "$mp" 2>/dev/null && ! grep -qE '^(blacklist|install) ' "$mp"; then
+	ok "dkms: modprobe.d/peermem.conf has the softdep on the driver and OFED's core (and for the drop-in no blacklist or install rule: modprobe nvidia_peermem is ours)"
 else
 	notok "dkms: modprobe.d/peermem.conf: $(tr '\n' '|' <"$mp" 2>/dev/null)"
+fi
+if [ "$(grep -v '^#' "$ml" 2>/dev/null)" = nvidia_peermem ]; then
+	ok "dkms: modules-load.d/peermem.conf loads nvidia_peermem at boot"
+else
+	notok "dkms: modules-load.d/peermem.conf: $(tr '\n' '|' <"$ml" 2>/dev/null)"
 fi
 # depmod: the DKMS copy wins over a precompiled/.run nvidia-peermem.ko in kernel/.
 if [ "$made_moddir" = 1 ] && [ -n "$ko" ]; then
@@ -133,15 +139,15 @@ if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kerne
 	cp "$ofd/Module.symvers" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build/Module.symvers"
 	rm -rf "$tr/usr/src/ofa_kernel-dkms"
 	t0=$(date +%s)
-	PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d \
-		bash "$PEERMEM_ROOT/scripts/dkms.sh" install --kernel "$k6rel" >"$scratch/dkms-install6.log" 2>&1
+	PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+		bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --kernel "$k6rel" >"$scratch/dkms-install6.log" 2>&1
 	rc=$?
 	t1=$(date +%s)
 	ko6=$(ls "/lib/modules/$k6rel/updates/dkms/peermem.ko"* 2>/dev/null | head -n 1)
 	log6=$(ls "/var/lib/dkms/peermem/$ver/$k6rel/x86_64/log/make.log" 2>/dev/null)
 	if [ "$rc" = 0 ] && [ -n "$ko6" ] && [ "$(modinfo -F vermagic "$ko6" | cut -d' ' -f1)" = "$k6rel" ] &&
 		[ "$(modinfo -F depends "$ko6" | tr ',' '\n' | sort | tr '\n' ' ')" = "gpusim ib_uverbs " ]; then
-		ok "dkms: $k6rel (no core in the kernel): peermem.ko built and installed against the stand-in OFED's ib_uverbs and NVIDIA layouts ($((t1 - t0)) s)"
+		ok "dkms: $k6rel (no core in the kernel): --peermem: peermem.ko built and installed against the stand-in OFED's ib_uverbs and NVIDIA layouts ($((t1 - t0)) s)"
 	else
 		notok "dkms: $k6rel build (rc $rc; ko ${ko6:-none}, depends $(modinfo -F depends "$ko6" 2>/dev/null))"
 		tail -n 15 "$scratch/dkms-install6.log" | sed 's/^/#   /'
@@ -152,19 +158,47 @@ if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kerne
 	else
 		notok "dkms: $k6rel OFED discovery: $(grep -m3 'peermem:' "$log6" 2>/dev/null | tr '\n' '|')"
 	fi
+	# --peermem: NVIDIA's nvidia-peermem must not load beside it; modprobe
+	# refuses it with the message of the install rule (run as modprobe runs it).
+	rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
+	out=$(sh -c "$rule" 2>&1); rrc=$?
+	if [ -n "$rule" ] && [ "$rrc" != 0 ] && grep -q 'peermem serves GPU memory' <<<"$out" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
+		ok "dkms: --peermem: modprobe nvidia-peermem fails with a message (exit $rrc); peermem loads at boot"
+	else
+		notok "dkms: --peermem: install rule '$rule' (exit $rrc: $out); modules-load.d: $(tr '\n' '|' <"$ml" 2>/dev/null)"
+	fi
 else
 	dk_skip "a build for a kernel without the core (6.12)" "no 6.12 compile-check tree (tests/host/compat builds it)"
 	dk_skip "OFED discovery in a DKMS build" "no 6.12 compile-check tree"
 fi
-PEERMEM_MODPROBE_D=$scratch/modprobe.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >"$scratch/dkms-uninstall.log" 2>&1; rc1=$?
-PEERMEM_MODPROBE_D=$scratch/modprobe.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-uninstall.log" 2>&1; rc2=$?
-left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* ${k6rel:+"/lib/modules/$k6rel/updates/dkms/peermem.ko"*} "$mp" 2>/dev/null)
+PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >"$scratch/dkms-uninstall.log" 2>&1; rc1=$?
+PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-uninstall.log" 2>&1; rc2=$?
+left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* ${k6rel:+"/lib/modules/$k6rel/updates/dkms/peermem.ko"*} "$mp" "$ml" 2>/dev/null)
 if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ -z "$left" ]; then
 	ok "dkms: make dkms-uninstall removes it all (and a second uninstall is a no-op)"
 else
 	notok "dkms: uninstall (rc $rc1/$rc2; left: $left)"
 	tail -n 10 "$scratch/dkms-uninstall.log" | sed 's/^/#   /'
 fi
+# --peermem, with a stand-in dkms (nothing built): the files it writes.
+mkdir -p "$scratch/fakedkms"
+printf '#!/bin/sh\nexit 0\n' >"$scratch/fakedkms/dkms"; chmod +x "$scratch/fakedkms/dkms"
+DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --kernel "$krel" >"$scratch/dkms-peermem.log" 2>&1; rc=$?
+rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
+out=$(sh -c "$rule" 2>&1); rrc=$?
+if [ "$rc" = 0 ] && grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$rrc" != 0 ] &&
+	grep -q 'peermem serves GPU memory' <<<"$out" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
+	ok "dkms: --peermem: softdep for peermem, modprobe nvidia-peermem fails with a message (exit $rrc), peermem loads at boot"
+else
+	notok "dkms: --peermem (rc $rc): rule '$rule' (exit $rrc: $out); modprobe.d: $(tr '\n' '|' <"$mp" 2>/dev/null); modules-load.d: $(tr '\n' '|' <"$ml" 2>/dev/null)"
+fi
+DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --no-boot-load --kernel "$krel" >>"$scratch/dkms-peermem.log" 2>&1
+if [ ! -e "$ml" ] && [ -f "$mp" ]; then ok "dkms: --no-boot-load writes no modules-load.d file (and the one of the install before is gone)"
+else notok "dkms: --no-boot-load: $ml: $(tr '\n' '|' <"$ml" 2>/dev/null); $mp $([ -f "$mp" ] && echo present || echo missing)"; fi
+DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+	bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-peermem.log" 2>&1
 dk_cleanup
 trap 'rm -rf "$scratch"' EXIT
 left=$(ls -d /var/lib/dkms/peermem "/usr/src/peermem-$ver" 2>/dev/null; [ "$made_moddir" = 1 ] && ls -d "/lib/modules/$krel" 2>/dev/null; [ "$made_moddir6" = 1 ] && ls -d "/lib/modules/$k6rel" 2>/dev/null)
