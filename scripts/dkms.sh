@@ -5,6 +5,7 @@
 #
 #   scripts/dkms.sh install [--peermem|--dropin] [--no-boot-load] [--kernel REL]...
 #   scripts/dkms.sh uninstall
+#   scripts/dkms.sh stage ROOT [--peermem|--dropin] [--no-boot-load]
 #
 # install:
 #   - copies the module's sources to /usr/src/peermem-<version>/ with a
@@ -35,6 +36,10 @@
 #     kernel/ directory where NVIDIA's precompiled packages and .run installer
 #     put nvidia-peermem.ko.
 # uninstall: `dkms remove --all` of every peermem version, and the files above.
+# stage: writes what install would put on the host, under ROOT
+#   (ROOT/usr/src/peermem-<version>/ with dkms.conf, ROOT/etc/modprobe.d/
+#   and ROOT/etc/modules-load.d/ files; no BUILD_DEPENDS), and runs nothing:
+#   the tree of the .deb (scripts/deb.sh, make deb). Needs neither root nor dkms.
 #
 # Environment: DKMS (the dkms command), PEERMEM_DKMS_SRC (default /usr/src),
 # PEERMEM_MODPROBE_D (default /etc/modprobe.d), PEERMEM_MODULES_LOAD_D
@@ -51,7 +56,7 @@ name=peermem
 version=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' "$top/include/peermem_ffi.h")
 
 die() { echo "peermem: dkms: $*" >&2; exit 1; }
-usage='scripts/dkms.sh install [--peermem|--dropin] [--no-boot-load] [--kernel REL]... | uninstall | --help'
+usage='scripts/dkms.sh install [--peermem|--dropin] [--no-boot-load] [--kernel REL]... | uninstall | stage ROOT [--peermem|--dropin] [--no-boot-load] | --help'
 usage_die() { printf 'peermem: dkms: %s\nusage: %s\n' "$1" "$usage" >&2; exit 2; }
 
 # Options first: --help and usage errors touch nothing.
@@ -59,6 +64,7 @@ cmd=${1:-}; shift || true
 case $cmd in
 -h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 install|uninstall) ;;
+stage) stage_root=${1:-}; [ -n "$stage_root" ] && [[ $stage_root != --* ]] || usage_die "stage needs a directory"; shift ;;
 '') usage_die "no command" ;;
 *) usage_die "unknown command '$cmd'" ;;
 esac
@@ -75,8 +81,46 @@ while [ $# -gt 0 ]; do
 	esac
 done
 if [ "$cmd" = uninstall ] && { [ "$nameopt" = 1 ] || [ ${#kernels[@]} -gt 0 ]; }; then usage_die "uninstall takes no options"; fi
-
+if [ "$cmd" = stage ] && [ ${#kernels[@]} -gt 0 ]; then usage_die "stage takes no --kernel"; fi
 [ -n "$version" ] || die "cannot read PEERMEM_VERSION from include/peermem_ffi.h"
+
+modname=peermem makeopt=""
+if [ "$dropin" = 1 ]; then modname=nvidia_peermem makeopt="DROPIN=1"; fi
+
+# stage_files SRC_ROOT MODPROBE_D MODULES_LOAD_D BUILD_DEPENDS...: the
+# sources with dkms.conf, the modprobe.d file and (with boot loading) the
+# modules-load.d file.
+stage_files() {
+	local dst=$1/$name-$version mpd=$2 mld=$3 bdeps="" i=0 d; shift 3
+	mkdir -p "$dst/scripts"
+	# The sources only (no build outputs of a checkout that was built).
+	(cd "$top" && cp Kbuild Makefile "$dst"/ &&
+		find rust include -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) ! -name ffi_generated.rs |
+		while read -r f; do mkdir -p "$dst/$(dirname "$f")" && cp "$f" "$dst/$f" || exit 1; done)
+	cp "$top/scripts/bindgen.sh" "$top/scripts/find-symvers.sh" "$top/scripts/ko-exports.py" "$dst/scripts/"
+	for d in "$@"; do bdeps+="BUILD_DEPENDS[$i]=\"$d\""$'\n'; i=$((i + 1)); done
+	sed -e "s|@VERSION@|$version|g" -e "s|@MODNAME@|$modname|g" -e "s|@MAKEOPT@|$makeopt|g" \
+		-e "s|@JOBS@|${PEERMEM_DKMS_JOBS:-\$(nproc)}|g" "$top/dkms/dkms.conf.in" >"$dst/dkms.conf"
+	printf '%s' "$bdeps" >>"$dst/dkms.conf"
+	mkdir -p "$mpd"
+	{
+		sed -n '/^# BEGIN common/,/^# END common/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in" | sed "s|@MODNAME@|$modname|g"
+		if [ "$dropin" = 1 ]; then
+			sed -n '/^# BEGIN dropin/,/^# END dropin/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
+		else
+			sed -n '/^# BEGIN peermem/,/^# END peermem/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
+		fi
+	} >"$mpd/peermem.conf"
+	if [ "$bootload" = 1 ]; then
+		mkdir -p "$mld"
+		printf '# Installed by peermem (scripts/dkms.sh; make dkms-uninstall removes it):\n# load peermem at boot, after the GPU driver and the peer-memory core\n# (softdeps in /etc/modprobe.d/peermem.conf).\n%s\n' \
+			"$modname" >"$mld/peermem.conf"
+	fi
+}
+if [ "$cmd" = stage ]; then
+	stage_files "$stage_root/usr/src" "$stage_root/etc/modprobe.d" "$stage_root/etc/modules-load.d"
+	exit 0
+fi
 command -v "$dkms" >/dev/null || die "dkms not found: install it (Debian/Ubuntu: apt install dkms; RHEL: dnf install dkms from EPEL)"
 [ "$(id -u)" = 0 ] || die "run as root (sudo make dkms-install)"
 
@@ -118,45 +162,11 @@ fi
 # A previous install of any version goes first (one peermem at a time).
 uninstall >/dev/null 2>&1 || true
 
-modname=peermem makeopt=""
-if [ "$dropin" = 1 ]; then modname=nvidia_peermem makeopt="DROPIN=1"; fi
-deps=""
+deps=()
 for d in /var/lib/dkms/mlnx-ofed-kernel /var/lib/dkms/nvidia*; do
-	[ -d "$d" ] && deps+="${deps:+ }$(basename "$d")"
+	[ -d "$d" ] && deps+=("$(basename "$d")")
 done
-
-dst=$src_root/$name-$version
-mkdir -p "$dst/scripts"
-# The sources only (no build outputs of a checkout that was built).
-(cd "$top" && cp Kbuild Makefile "$dst"/ &&
-	find rust include -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) ! -name ffi_generated.rs |
-	while read -r f; do mkdir -p "$dst/$(dirname "$f")" && cp "$f" "$dst/$f" || exit 1; done)
-cp "$top/scripts/bindgen.sh" "$top/scripts/find-symvers.sh" "$top/scripts/ko-exports.py" "$dst/scripts/"
-bdeps=""
-i=0
-for d in $deps; do bdeps+="BUILD_DEPENDS[$i]=\"$d\""$'\n'; i=$((i + 1)); done
-sed -e "s|@VERSION@|$version|g" -e "s|@MODNAME@|$modname|g" -e "s|@MAKEOPT@|$makeopt|g" \
-	-e "s|@JOBS@|${PEERMEM_DKMS_JOBS:-\$(nproc)}|g" "$top/dkms/dkms.conf.in" >"$dst/dkms.conf"
-printf '%s' "$bdeps" >>"$dst/dkms.conf"
-
-mkdir -p "$modprobe_d"
-{
-	sed -n '/^# BEGIN common/,/^# END common/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in" | sed "s|@MODNAME@|$modname|g"
-	if [ "$dropin" = 1 ]; then
-		sed -n '/^# BEGIN dropin/,/^# END dropin/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
-	else
-		sed -n '/^# BEGIN peermem/,/^# END peermem/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
-	fi
-} >"$modprobe_d/peermem.conf"
-if [ "$bootload" = 1 ]; then
-	mkdir -p "$modules_load_d"
-	printf '# Installed by peermem (scripts/dkms.sh; make dkms-uninstall removes it):
-# load peermem at boot, after the GPU driver and the peer-memory core
-# (softdeps in %s/peermem.conf).
-%s
-' \
-		"$modprobe_d" "$modname" >"$modules_load_d/peermem.conf"
-fi
+stage_files "$src_root" "$modprobe_d" "$modules_load_d" "${deps[@]}"
 
 "$dkms" add "$name/$version"
 rc=0

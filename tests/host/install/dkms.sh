@@ -24,15 +24,16 @@ if [ "$(id -u)" != 0 ] || ! command -v dkms >/dev/null || [ -z "${KDIR:-}" ] ||
 fi
 exec 9>/tmp/peermem-dkms-test.lock
 flock 9
-if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null; then
-	dk_skip "build, install, uninstall" "a peermem DKMS install exists on this host (/var/lib/dkms/peermem or /usr/src/peermem-*); not touching it"
+if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem.conf ] ||
+	[ -e /etc/modules-load.d/peermem.conf ] || dpkg-query -W peermem-dkms >/dev/null 2>&1 || ! command -v dpkg >/dev/null; then
+	dk_skip "build, install, uninstall" "a peermem install exists on this host (/var/lib/dkms/peermem, /usr/src/peermem-*, /etc/modprobe.d/peermem.conf, /etc/modules-load.d/peermem.conf or the peermem-dkms package), or no dpkg; not touching it"
 	exec 9>&-
 	return 0
 fi
 
 krel=$(cat "$KDIR/include/config/kernel.release")
 ver=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' "$PEERMEM_ROOT/include/peermem_ffi.h")
-made_moddir=0 made_build=0 k6rel='' made_moddir6=0 made_build6=0 made_lib=0
+made_moddir=0 made_build=0 made_etc=1 k6rel='' made_moddir6=0 made_build6=0 made_lib=0
 [ -d /lib/modules ] || made_lib=1
 [ -d "/lib/modules/$krel" ] || made_moddir=1
 mok_before=$(ls /var/lib/dkms/mok.* 2>/dev/null)
@@ -42,8 +43,10 @@ dk_cleanup() {
 	local l
 	l=$(dk_makelog)
 	[ -n "$l" ] && mkdir -p "$PEERMEM_CACHE/logs" && cp "$l" "$PEERMEM_CACHE/logs/dkms-make.log"
+	dpkg --purge peermem-dkms >/dev/null 2>&1
 	dkms remove "peermem/$ver" --all >/dev/null 2>&1
 	rm -rf /var/lib/dkms/peermem "/usr/src/peermem-$ver"
+	[ "$made_etc" = 1 ] && rm -f /etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf
 	rm -f "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"*
 	[ -n "$mok_before" ] || rm -f /var/lib/dkms/mok.key /var/lib/dkms/mok.pub
 	[ "$made_build" = 1 ] && rm -f "/lib/modules/$krel/build"
@@ -70,14 +73,26 @@ grep -P '\tib_(un)?register_peer_memory_client\t' "$KDIR/Module.symvers" | sed '
 cp "$ofd/Module.symvers" "$tr/usr/src/ofa_kernel/x86_64/6.8.0-old/"
 ln -s x86_64/6.8.0-old "$tr/usr/src/ofa_kernel/default"
 
+# The package (make deb), installed as a user would (dpkg -i, what `apt
+# install ./peermem-dkms_*.deb` runs): its postinst adds it to dkms and
+# builds it for every kernel with Rust; purge must leave nothing.
+deb=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb" 2>"$scratch/deb.log" | tail -n 1)
+cont=$(dpkg-deb -c "$deb" 2>/dev/null | awk '{print $6}')
+if [ -f "$deb" ] && [ "$(dpkg-deb -f "$deb" Version)" = "$ver" ] && [ "$(dpkg-deb -f "$deb" Package)" = peermem-dkms ] &&
+	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './etc/modprobe.d/peermem.conf' <<<"$cont" &&
+	grep -qx './etc/modules-load.d/peermem.conf' <<<"$cont" && ! grep -qE '\.(o|ko|cmd)$|ffi_generated' <<<"$cont"; then
+	ok "dkms: make deb builds ${deb##*/} (version $ver from include/peermem_ffi.h; sources, dkms.conf, modprobe.d and modules-load.d files; no build outputs)"
+else
+	notok "dkms: make deb: ${deb:-no package} ($(tail -n 3 "$scratch/deb.log" | tr '\n' '|'))"
+fi
 t0=$(date +%s)
-PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
-	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --kernel "$krel" >"$scratch/dkms-install.log" 2>&1
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb" >"$scratch/dkms-install.log" 2>&1
 rc=$?
 t1=$(date +%s)
 log=$(dk_makelog)
+mp=/etc/modprobe.d/peermem.conf ml=/etc/modules-load.d/peermem.conf
 if [ "$rc" = 0 ] && dkms status "peermem/$ver" -k "$krel" 2>/dev/null | grep -q ': installed'; then
-	ok "dkms: make dkms-install (no option: the drop-in) builds and installs peermem/$ver for $krel ($((t1 - t0)) s)"
+	ok "dkms: dpkg -i ${deb##*/} adds peermem/$ver to dkms, builds and installs the drop-in for $krel ($((t1 - t0)) s)"
 else
 	notok "dkms: install for $krel (rc $rc)"
 	tail -n 25 "$scratch/dkms-install.log" | sed 's/^/#   /'
@@ -85,9 +100,9 @@ else
 	echo "#   (make.log kept as $PEERMEM_CACHE/logs/dkms-make.log)"
 fi
 ko=$(ls "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* 2>/dev/null | head -n 1)
-if [ -n "$ko" ] && [ "$(modinfo -F name "$ko")" = nvidia_peermem ] &&
+if [ -n "$ko" ] && [ "$(modinfo -F name "$ko")" = nvidia_peermem ] && [ "$(modinfo -F version "$ko")" = "$ver" ] &&
 	[ "$(modinfo -F vermagic "$ko" | cut -d' ' -f1)" = "$krel" ] && [ "$(modinfo -F depends "$ko")" = gpusim ]; then
-	ok "dkms: the drop-in is in /lib/modules/$krel/updates/dkms (name nvidia_peermem, vermagic $krel, depends on the stand-in driver)"
+	ok "dkms: the drop-in is in /lib/modules/$krel/updates/dkms (name nvidia_peermem, version $ver as the package's, vermagic $krel, depends on the stand-in driver)"
 else
 	notok "dkms: installed module (${ko:-none}: name $(modinfo -F name "$ko" 2>/dev/null), depends $(modinfo -F depends "$ko" 2>/dev/null))"
 fi
@@ -100,8 +115,6 @@ junk=$(find "/usr/src/peermem-$ver" -name '*.o' -o -name '*.ko' -o -name '*.cmd'
 if [ -f "/usr/src/peermem-$ver/dkms.conf" ] && [ -f "/usr/src/peermem-$ver/rust/peermem.rs" ] && [ -z "$junk" ]; then
 	ok "dkms: /usr/src/peermem-$ver holds the sources and dkms.conf, no build outputs of the checkout"
 else notok "dkms: /usr/src/peermem-$ver: $(echo "$junk" | head -n 3)"; fi
-mp=$scratch/modprobe.d/peermem.conf
-ml=$scratch/modules-load.d/peermem.conf
 if grep -qx 'softdep nvidia_peermem pre: nvidia ib_uverbs ib_core' "$mp" 2>/dev/null && ! grep -qE '^(blacklist|install) ' "$mp"; then
 	ok "dkms: modprobe.d/peermem.conf has the softdep on the driver and OFED's core (and for the drop-in no blacklist or install rule: modprobe nvidia_peermem is ours)"
 else
@@ -125,6 +138,16 @@ if [ "$made_moddir" = 1 ] && [ -n "$ko" ]; then
 else
 	dk_skip "depmod priority over kernel/nvidia-*/nvidia-peermem.ko" "/lib/modules/$krel existed before the test"
 fi
+dpkg --purge peermem-dkms >"$scratch/dpkg-purge.log" 2>&1; rc=$?
+left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" "$ml" 2>/dev/null)
+if [ "$rc" = 0 ] && [ -z "$left" ] && ! dpkg-query -W peermem-dkms >/dev/null 2>&1; then
+	ok "dkms: dpkg --purge peermem-dkms removes it from dkms for every kernel, its sources and both /etc files"
+else
+	notok "dkms: dpkg --purge (rc $rc; left: $left)"; tail -n 10 "$scratch/dpkg-purge.log" | sed 's/^/#   /'
+fi
+made_etc=0
+# From here on scripts/dkms.sh writes its /etc files into the scratch directory.
+mp=$scratch/modprobe.d/peermem.conf ml=$scratch/modules-load.d/peermem.conf
 # A kernel without the peer-memory core (the 6.12 compile-check tree, when
 # tests/host/compat built it): the default build, with the core found in an
 # old-style OFED DKMS tree for that kernel, a stale `default` rejected.
@@ -158,24 +181,15 @@ if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kerne
 	else
 		notok "dkms: $k6rel OFED discovery: $(grep -m3 'peermem:' "$log6" 2>/dev/null | tr '\n' '|')"
 	fi
-	# --peermem: NVIDIA's nvidia-peermem must not load beside it; modprobe
-	# refuses it with the message of the install rule (run as modprobe runs it).
-	rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
-	out=$(sh -c "$rule" 2>&1); rrc=$?
-	if [ -n "$rule" ] && [ "$rrc" != 0 ] && grep -q 'peermem serves GPU memory' <<<"$out" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
-		ok "dkms: --peermem: modprobe nvidia-peermem fails with a message (exit $rrc); peermem loads at boot"
-	else
-		notok "dkms: --peermem: install rule '$rule' (exit $rrc: $out); modules-load.d: $(tr '\n' '|' <"$ml" 2>/dev/null)"
-	fi
 else
 	dk_skip "a build for a kernel without the core (6.12)" "no 6.12 compile-check tree (tests/host/compat builds it)"
 	dk_skip "OFED discovery in a DKMS build" "no 6.12 compile-check tree"
 fi
 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >"$scratch/dkms-uninstall.log" 2>&1; rc1=$?
 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-uninstall.log" 2>&1; rc2=$?
-left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* ${k6rel:+"/lib/modules/$k6rel/updates/dkms/peermem.ko"*} "$mp" "$ml" 2>/dev/null)
+left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" ${k6rel:+"/lib/modules/$k6rel/updates/dkms/peermem.ko"*} "$mp" "$ml" 2>/dev/null)
 if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ -z "$left" ]; then
-	ok "dkms: make dkms-uninstall removes it all (and a second uninstall is a no-op)"
+	ok "dkms: make dkms-uninstall removes what make dkms-install added$([ -n "$k6rel" ] || echo ' (nothing: the package was purged)'), and a second uninstall is a no-op"
 else
 	notok "dkms: uninstall (rc $rc1/$rc2; left: $left)"
 	tail -n 10 "$scratch/dkms-uninstall.log" | sed 's/^/#   /'

@@ -112,6 +112,7 @@ while IFS='|' read -r sc vopt; do
 	done
 done <<'L'
 scripts/bench.sh|--rounds
+scripts/deb.sh|--out
 scripts/demo.sh|--kdir
 scripts/dkms.sh|
 scripts/doctor.sh|--root

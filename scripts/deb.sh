@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Build peermem's DKMS package, peermem-dkms_<version>_all.deb (make deb).
+#
+#   scripts/deb.sh [--out DIR] [--peermem] [--no-boot-load] [--help]
+#
+# The package holds what `make dkms-install` puts on a host (scripts/dkms.sh
+# stage): the sources and dkms.conf in /usr/src/peermem-<version>/,
+# /etc/modprobe.d/peermem.conf (softdeps on the NVIDIA driver and OFED's
+# core) and /etc/modules-load.d/peermem.conf (load at boot). By default the
+# module is the drop-in nvidia_peermem (what NCCL, UCX, UCC, NVSHMEM and
+# Open MPI detect); --peermem packages peermem.ko instead, --no-boot-load
+# leaves the boot loading out. The version is PEERMEM_VERSION in
+# include/peermem_ffi.h, the one place it is written (modinfo's `version`
+# and /sys/module/<name>/version say the same).
+#
+# Installing it (`sudo apt install ./peermem-dkms_<version>_all.deb`) adds it
+# to dkms and builds and installs it for every installed kernel that has
+# CONFIG_RUST=y and its headers (others are skipped with a line saying so);
+# dkms builds it again for each new kernel and signs it where dkms signs
+# (Ubuntu: the MOK of shim-signed; Debian: /var/lib/dkms/mok.key). Removing
+# it (`apt remove`) removes it from dkms for every kernel; `apt purge` also
+# removes the two /etc files. Needs dpkg-deb; builds as any user.
+set -euo pipefail
+{
+. "$(dirname "$0")/lib.sh"
+cd "$PEERMEM_ROOT"
+
+usage='scripts/deb.sh [--out DIR] [--peermem] [--no-boot-load] [--help]'
+out=$PEERMEM_ROOT/dist stage_args=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--out) pm_need_value "$usage" "$@"; out=$2; shift 2 ;;
+	--peermem|--no-boot-load|--dropin) stage_args+=("$1"); shift ;;
+	-h|--help) pm_help "$0" '^set -euo'; exit 0 ;;
+	*) pm_usage_die "unknown argument '$1'" "$usage" ;;
+	esac
+done
+pm_need_cmd dpkg-deb "install dpkg (Debian/Ubuntu: it is there; elsewhere use make dkms-install)"
+version=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' include/peermem_ffi.h)
+[ -n "$version" ] || pm_die "cannot read PEERMEM_VERSION from include/peermem_ffi.h"
+modname=nvidia_peermem
+for a in "${stage_args[@]}"; do [ "$a" = --peermem ] && modname=peermem; done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/peermem-deb.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+root=$work/root
+PEERMEM_DKMS_JOBS='$(nproc)' bash scripts/dkms.sh stage "$root" "${stage_args[@]}"
+mkdir -p "$root/DEBIAN" "$root/usr/share/doc/peermem-dkms"
+cp LICENSE "$root/usr/share/doc/peermem-dkms/copyright"
+(cd "$root" && find etc -type f | sed 's|^|/|' | sort) >"$root/DEBIAN/conffiles"
+size=$(du -sk "$root" | cut -f1)
+cat >"$root/DEBIAN/control" <<C
+Package: peermem-dkms
+Version: $version
+Architecture: all
+Section: kernel
+Priority: optional
+Depends: dkms (>= 2.8), make, python3
+Recommends: clang, lld, llvm
+Installed-Size: $size
+Maintainer: peermem developers <peermem@localhost>
+Description: GPU-memory peer-memory client for RDMA (DKMS, Rust)
+ peermem lets RDMA adapters register NVIDIA GPU memory with plain
+ ibv_reg_mr(): a peer-memory client for the MLNX_OFED / DOCA-OFED core,
+ written in Rust, installed as the module $modname. It builds only for
+ kernels with CONFIG_RUST=y whose headers carry the Rust metadata, with the
+ rustc and bindgen that kernel was built with (see docs/install.md).
+C
+cat >"$root/DEBIAN/postinst" <<P
+#!/bin/sh
+# peermem-dkms: add to dkms, build and install for every kernel with Rust.
+set -e
+[ "\$1" = configure ] || exit 0
+dkms add -m peermem -v $version >/dev/null 2>&1 || dkms status -m peermem -v $version | grep -q . || exit 1
+rc=0
+for b in /lib/modules/*/build; do
+	[ -f "\$b/.config" ] || continue
+	rel=\$(basename "\$(dirname "\$b")")
+	if ! grep -qx 'CONFIG_RUST=y' "\$b/.config"; then
+		echo "peermem-dkms: skipping \$rel: built without Rust (CONFIG_RUST is not y)"
+		continue
+	fi
+	if dkms install -m peermem -v $version -k "\$rel"; then
+		echo "peermem-dkms: installed $modname for \$rel"
+	else
+		echo "peermem-dkms: the build for \$rel failed: /var/lib/dkms/peermem/$version/build/make.log; make doctor (in the sources: /usr/src/peermem-$version) says what is missing" >&2
+		rc=1
+	fi
+done
+exit \$rc
+P
+cat >"$root/DEBIAN/prerm" <<P
+#!/bin/sh
+# peermem-dkms: remove from dkms, every kernel.
+set -e
+case "\$1" in remove|upgrade|deconfigure)
+	dkms remove -m peermem -v $version --all >/dev/null 2>&1 || true ;;
+esac
+exit 0
+P
+chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/prerm"
+mkdir -p "$out"
+deb=$out/peermem-dkms_${version}_all.deb
+dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+echo "$deb"
+exit
+}
