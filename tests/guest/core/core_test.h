@@ -38,6 +38,24 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/*
+ * secs scaled by the guest's measured slowdown (PEERMEM_SLOWDOWN, percent,
+ * set by tests/vm/guest-init.sh; 100 if unset or lower, at most 800): the
+ * limit of a wait for something that takes longer on a slower machine, so
+ * that no test fails for the machine's speed alone.
+ */
+static double slow_s(double secs)
+{
+	const char *e = getenv("PEERMEM_SLOWDOWN");
+	long pct = e ? strtol(e, NULL, 10) : 100;
+
+	if (pct < 100)
+		pct = 100;
+	if (pct > 800)
+		pct = 800;
+	return secs * (double)pct / 100.0;
+}
+
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int run(const char *fmt, ...)
 {
@@ -271,7 +289,7 @@ static struct ibv_context *open_rxe(void)
 /* The IPv4-mapped RoCE v2 GID of port 1, waiting for it to appear. */
 static int find_gid(struct conn *c)
 {
-	double end = now_s() + 20;
+	double end = now_s() + slow_s(20);
 
 	do {
 		for (int i = 0; i < 16; i++) {
@@ -415,7 +433,7 @@ static int post_wait(struct conn *c, struct ibv_send_wr *wr)
 		diag("ibv_post_send: %s", strerror(n));
 		return -1;
 	}
-	end = now_s() + 30;
+	end = now_s() + slow_s(30);
 	do {
 		n = ibv_poll_cq(c->cq, 1, &wc);
 		if (n < 0) {
@@ -430,7 +448,7 @@ static int post_wait(struct conn *c, struct ibv_send_wr *wr)
 		}
 		usleep(1000);
 	} while (now_s() < end);
-	diag("no completion within 30 s");
+	diag("no completion within %.0f s (30 s times the guest's slowdown)", slow_s(30));
 	{
 		struct ibv_qp_attr qa, qb;
 		struct ibv_qp_init_attr ia;

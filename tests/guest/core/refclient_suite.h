@@ -1121,7 +1121,7 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 	 * counts num_dereg_bytes twice (see late_invalidation_check()).
 	 */
 	{
-		double end = now_s() + 30;
+		double end = now_s() + slow_s(30);
 
 		do {
 			peer_stats(CLIENT, &s1);
@@ -1201,7 +1201,7 @@ static int run_refclient_suite(const struct suite_cfg *cfg)
 			ibv_dereg_mr(qmr);
 		ibv_dereg_mr(hmr);
 		{
-			double end = now_s() + 60;
+			double end = now_s() + slow_s(60);
 
 			while (waitpid(pid, &st, WNOHANG) == 0 && now_s() < end)
 				usleep(100000);

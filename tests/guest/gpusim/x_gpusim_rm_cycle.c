@@ -7,8 +7,8 @@
  * it inside get_pages (docs/gpusim.md, "The resource manager's lock").
  *
  * Not a t_* program: it provokes a kernel report on purpose, which fails
- * any VM run. tests/host/gpusim/run.sh runs it alone in its own boot and
- * expects exactly that report. The test client's GPUSIM_TC_HOLD_LOCK holds
+ * any VM run. tests/host/scripts/run.sh runs it in the runner's failure
+ * boot and expects exactly that report, attributed to it. The test client's GPUSIM_TC_HOLD_LOCK holds
  * its file lock across get_pages; its free callback always takes it.
  *
  * First without the RM lock (control: the same calls, no report), then

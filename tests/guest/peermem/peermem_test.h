@@ -214,7 +214,7 @@ static void gs_defaults(void)
 /* Wait up to secs for cond() (the core and the callbacks may lag a little). */
 static int wait_for(int (*cond)(void), double secs)
 {
-	double end = now_s() + secs;
+	double end = now_s() + slow_s(secs);
 
 	while (!cond()) {
 		if (now_s() > end)

@@ -271,7 +271,7 @@ static void fault_munmap(struct gmem *keep)
 		if (rc)
 			munmap(g.p, g.len);
 		/* The work item revokes the MR soon after. */
-		end = now_s() + 10;
+		end = now_s() + slow_s(10);
 		while (now_s() < end) {
 			st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 64, (uintptr_t)g.p, mr->rkey);
 			if (st) {

@@ -17,7 +17,7 @@ static uint8_t *h;
 /* Wait until the core completed n more invalidations than in *s0. */
 static int wait_invalidated(const struct peer_stats *s0, long long n, struct peer_stats *s1)
 {
-	double end = now_s() + 20;
+	double end = now_s() + slow_s(20);
 
 	do {
 		peer_stats(pm_name, s1);

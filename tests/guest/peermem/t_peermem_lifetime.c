@@ -130,11 +130,11 @@ static void test_release(void)
 	cb0 = pm("free_callbacks");
 	e0 = pm("errors");
 	/* The work item invalidates through the core, then waits 3 s before it unmaps. */
-	knob("address_change", 3000);
+	knob("address_change", (int)slow_s(3000));
 	if (munmap(g.p, LEN))
 		bail("munmap: %s", strerror(errno));
 	g.p = NULL;
-	end = now_s() + 2;
+	end = now_s() + slow_s(2);
 	do {
 		peer_stats(pm_name, &s1);
 		if (s1.invalidated_mrs > s0.invalidated_mrs)
