@@ -149,7 +149,7 @@ kmsg "calibration: ${cal_ms} ms (reference ${CAL_REF_MS} ms): slowdown ${slow}%,
 # ('*.*') around its own load. The suites are still built into the module
 # and still run by t_kunit, and by any load outside the rig.
 if [ -w /sys/module/kunit/parameters/filter_glob ]; then
-	echo 'rig-kunit-only-in-t_kunit' > /sys/module/kunit/parameters/filter_glob
+	printf '%s' 'rig-kunit-only-in-t_kunit' > /sys/module/kunit/parameters/filter_glob
 	export PEERMEM_KUNIT_SKIP_GLOB=rig-kunit-only-in-t_kunit
 fi
 
