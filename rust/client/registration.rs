@@ -710,6 +710,7 @@ pub(crate) fn address_unmapping(reg: &Registration, cause: events::Cause) {
 /// pages, which the core no longer does after an invalidation. Nothing to
 /// do if the memory was freed or given back meanwhile.
 pub(crate) fn address_changed(reg: Arc<Registration>) {
+    inject::DELAY_ADDRESS_WORK_MS.delay();
     let ticket = {
         let mut g = reg.lock_settled();
         if g.revoked {
