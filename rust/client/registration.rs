@@ -366,8 +366,10 @@ pub(crate) fn get_pages(
             }
             g.read_only = read_only;
             g.ticket = Some(ticket);
-            // Revocation events: from now on a revocation is reported.
-            reg.events.arm();
+            // Revocation events: from now on a revocation is reported (and
+            // one that fired before, whose work item is still to come and
+            // will revoke the MR through the core, is reported now).
+            reg.events.arm(reg.kind, reg.range.addr(), reg.range.len());
             Ok(())
         }
         Phase::Freed => {
