@@ -211,14 +211,23 @@ impl Ring {
             self.overflow = Some(rec.generation);
             return;
         }
-        self.buf[(self.head + self.len) % cap] = rec;
+        // head < cap and len < cap: no division (whose by-zero panic 6.12's
+        // objtool does not know as noreturn).
+        let mut at = self.head + self.len;
+        if at >= cap {
+            at -= cap;
+        }
+        self.buf[at] = rec;
         self.len += 1;
     }
 
     fn pop(&mut self) -> Option<Record> {
         if self.len > 0 {
             let rec = self.buf[self.head];
-            self.head = (self.head + 1) % self.buf.len();
+            self.head += 1;
+            if self.head == self.buf.len() {
+                self.head = 0;
+            }
             self.len -= 1;
             return Some(rec);
         }

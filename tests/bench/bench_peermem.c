@@ -445,7 +445,7 @@ static void fig_free_events(int round)
  */
 #define EVF_PER_CHILD 1000
 #define EVF_MRS 16
-static const int evf_n[] = { 0, 1000, 10000, 30000 };
+static const int evf_n[] = { 0, 1000, 4000, 16000 };
 
 /* Children holding n files open, as users 20000, 20001, ...; how many. */
 static int evf_hold(int n, pid_t *pids, int *go_w)
