@@ -288,11 +288,28 @@ enum Refused {
     Limit,
 }
 
+/// An open refused by `event_files_per_user`: says so (rate-limited), `EMFILE`.
+fn refuse_limit() -> Error {
+    warn_ratelimited(c"a user holds as many open /dev/peermem files as event_files_per_user allows; its opens fail with EMFILE until it closes one (or load peermem with a larger event_files_per_user)");
+    EMFILE
+}
+
 impl MiscDevice for Watcher {
     fn open() -> Result<Arc<Self>> {
         // A kernel thread has no registrations to watch.
         let mm = MmRef::current().ok_or(EINVAL)?;
         let uid = current_uid();
+        let limit = FILES_PER_USER.load(Ordering::Relaxed);
+        // A user at the limit is refused before anything is allocated
+        // (checked again at insertion: another open may have raced this one).
+        let at_limit = {
+            let g = TABLE.lock();
+            g.as_ref()
+                .is_some_and(|t| t.users.get(&uid).is_some_and(|&n| n >= limit))
+        };
+        if at_limit {
+            return Err(refuse_limit());
+        }
         let qlen = QUEUE_LEN.load(Ordering::Relaxed) as usize;
         // Everything this file holds is charged to the opener's memory
         // cgroup, and allocated here, before the event lock.
@@ -326,7 +343,6 @@ impl MiscDevice for Watcher {
                 overflow: None,
             },
         };
-        let limit = FILES_PER_USER.load(Ordering::Relaxed);
         let refused = {
             let mut g = TABLE.lock();
             match g.as_mut() {
@@ -376,10 +392,7 @@ impl MiscDevice for Watcher {
                 drop(node);
                 match why {
                     Refused::Gone => Err(ENODEV),
-                    Refused::Limit => {
-                        warn_ratelimited(c"a user holds as many open /dev/peermem files as event_files_per_user allows; its opens fail with EMFILE until it closes one (or load peermem with a larger event_files_per_user)");
-                        Err(EMFILE)
-                    }
+                    Refused::Limit => Err(refuse_limit()),
                 }
             }
         }
