@@ -21,6 +21,8 @@
 bool peermem_param_events(void);
 /* The event_queue_len parameter: records per open file (checked in Rust). */
 unsigned int peermem_param_event_queue_len(void);
+/* The event_files_per_user parameter: open files per user (checked in Rust). */
+unsigned int peermem_param_event_files_per_user(void);
 
 /* ---- A misc character device */
 
@@ -61,7 +63,7 @@ void peermem_misc_deregister(struct peermem_miscdev *dev);
 
 /* ---- Wait queues */
 
-/* A new wait queue head (GFP_KERNEL) or NULL. */
+/* A new wait queue head (GFP_KERNEL_ACCOUNT: the opener's memcg) or NULL. */
 struct wait_queue_head *peermem_waitq_alloc(void);
 void peermem_waitq_free(struct wait_queue_head *wq);
 /* wake_up_interruptible_poll(wq, EPOLLIN | EPOLLRDNORM): any context. */
@@ -74,7 +76,7 @@ size_t peermem_copy_to_user(char *to, const void *from, size_t n);
 
 /* ---- Shared pages */
 
-/* A zeroed page (GFP_KERNEL): its kernel address, or NULL. */
+/* A zeroed page (GFP_KERNEL_ACCOUNT: the caller's memcg): its kernel address, or NULL. */
 void *peermem_page_zalloc(void);
 /* Drop our reference; mappings made by peermem_vma_map_page keep theirs. */
 void peermem_page_free(void *page);
@@ -98,6 +100,14 @@ struct mm_struct *peermem_mm_grab_current(void);
 void peermem_mm_drop(struct mm_struct *mm);
 /* mm is the caller's address space. */
 bool peermem_mm_is_current(const struct mm_struct *mm);
+
+/* ---- Users */
+
+/*
+ * The caller's real user id as the initial user namespace sees it (a
+ * per-user limit's key; overflowuid if unmapped).
+ */
+u32 peermem_current_uid(void);
 
 /* ---- The global event lock (a spinlock, never held across a sleep) */
 

@@ -20,6 +20,9 @@
 #include <linux/poll.h>
 #include <linux/sched.h>
 #include <linux/sched/mm.h>
+#include <linux/cred.h>
+#include <linux/uidgid.h>
+#include <linux/user_namespace.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/uaccess.h>
@@ -39,6 +42,11 @@ module_param(event_queue_len, uint, 0444);
 MODULE_PARM_DESC(event_queue_len,
 		 "Records the event queue of each open /dev/peermem holds before it overflows (the reader then gets one overflow record and must flush its whole registration cache); 2-65536, default 256 (96 bytes each, allocated at open)");
 
+static unsigned int event_files_per_user = 1024;
+module_param(event_files_per_user, uint, 0444);
+MODULE_PARM_DESC(event_files_per_user,
+		 "Open /dev/peermem files one user may hold at once (each holds its queue and a page of kernel memory, charged to the opener's memory cgroup); one more open fails with EMFILE. 1-65536, default 1024");
+
 bool peermem_param_events(void)
 {
 	return events;
@@ -47,6 +55,11 @@ bool peermem_param_events(void)
 unsigned int peermem_param_event_queue_len(void)
 {
 	return event_queue_len;
+}
+
+unsigned int peermem_param_event_files_per_user(void)
+{
+	return event_files_per_user;
 }
 
 /* ---- The misc device */
@@ -70,7 +83,7 @@ static int peermem_misc_open(struct inode *inode, struct file *file)
 	struct peermem_misc_file *f;
 	const void *obj;
 
-	f = kzalloc(sizeof(*f), GFP_KERNEL);
+	f = kzalloc(sizeof(*f), GFP_KERNEL_ACCOUNT);
 	if (!f)
 		return -ENOMEM;
 	obj = dev->ops->open();
@@ -170,7 +183,7 @@ void peermem_misc_deregister(struct peermem_miscdev *dev)
 
 struct wait_queue_head *peermem_waitq_alloc(void)
 {
-	struct wait_queue_head *wq = kmalloc(sizeof(*wq), GFP_KERNEL);
+	struct wait_queue_head *wq = kmalloc(sizeof(*wq), GFP_KERNEL_ACCOUNT);
 
 	if (wq)
 		init_waitqueue_head(wq);
@@ -198,7 +211,7 @@ size_t peermem_copy_to_user(char *to, const void *from, size_t n)
 
 void *peermem_page_zalloc(void)
 {
-	return (void *)get_zeroed_page(GFP_KERNEL);
+	return (void *)get_zeroed_page(GFP_KERNEL_ACCOUNT);
 }
 
 void peermem_page_free(void *page)
@@ -244,6 +257,13 @@ void peermem_mm_drop(struct mm_struct *mm)
 bool peermem_mm_is_current(const struct mm_struct *mm)
 {
 	return !(current->flags & PF_KTHREAD) && current->mm == mm;
+}
+
+/* ---- Users */
+
+u32 peermem_current_uid(void)
+{
+	return from_kuid_munged(&init_user_ns, current_uid());
 }
 
 /* ---- The global event lock */

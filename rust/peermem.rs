@@ -229,10 +229,10 @@ impl Drop for PeerMem {
 }
 
 /// Whether to create `/dev/peermem` (revocation events: `events`, with
-/// `event_queue_len` checked); if so, registrations remember their address
+/// `event_queue_len` and `event_files_per_user` checked); if so, registrations remember their address
 /// space from now on, before the core can call `acquire`.
 fn events_enabled() -> Result<bool> {
-    use client::events::{QUEUE_LEN_MAX, QUEUE_LEN_MIN};
+    use client::events::{FILES_PER_USER_MAX, FILES_PER_USER_MIN, QUEUE_LEN_MAX, QUEUE_LEN_MIN};
     if !kapi::uapi::params::events() {
         pr_info!("events=0: no /dev/peermem; applications learn of revoked registrations only from failing RDMA\n");
         return Ok(false);
@@ -247,7 +247,17 @@ fn events_enabled() -> Result<bool> {
         );
         return Err(EINVAL);
     }
-    client::events::enable(qlen);
+    let files = kapi::uapi::params::event_files_per_user();
+    if !(FILES_PER_USER_MIN..=FILES_PER_USER_MAX).contains(&files) {
+        pr_err!(
+            "event_files_per_user={} is out of range; load peermem with a value from {} to {}\n",
+            files,
+            FILES_PER_USER_MIN,
+            FILES_PER_USER_MAX
+        );
+        return Err(EINVAL);
+    }
+    client::events::enable(qlen, files);
     Ok(true)
 }
 

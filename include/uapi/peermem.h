@@ -12,6 +12,10 @@
  * the opener after execve) fail with EPERM (poll() there reports POLLIN,
  * so that a waiter gets the error from read()).
  *
+ * One user may hold at most event_files_per_user open files (a module
+ * parameter, 1-65536, default 1024): open() fails with EMFILE beyond it.
+ * Each open file's kernel memory is charged to the opener's memory cgroup.
+ *
  * 1. The generation page. mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0)
  *    maps one read-only page laid out as struct peermem_gen_page. Its
  *    generation is 0 at open and is incremented by one for every revoked
@@ -32,7 +36,10 @@
  *    one record is queued (EAGAIN with O_NONBLOCK); poll() reports
  *    POLLIN | POLLRDNORM while one is. Each record carries the generation
  *    its revocation gave the counter, so records and counter agree: when the
- *    counter shows G, the record of generation G is already queued.
+ *    counter shows G, the record of generation G is already queued (or an
+ *    overflow record of a generation >= G). Records come in generation
+ *    order. An unmap while ibv_reg_mr() is still running is reported, if
+ *    the registration survives it, before ibv_reg_mr() returns.
  *
  *    The queue holds a fixed number of records per open file
  *    (gen_page.queue_len, the event_queue_len module parameter). When a
@@ -41,6 +48,9 @@
  *    generation is that of the last record dropped; later revocations are
  *    dropped into it until it is read. On an overflow record a cache must
  *    flush every registration (it cannot know which ones were revoked).
+ *    A record read() could not copy to the buffer (EFAULT, or a short
+ *    count) is lost too: it and every record queued after it are
+ *    replaced by one overflow record of the newest generation.
  *
  * Every record but PEERMEM_CAUSE_OVERFLOW is one revoked registration,
  * whatever its cause: treat a cause this header does not name as a

@@ -19,7 +19,9 @@
 //!
 //! A registration is reported once ([`Tag`]): from the core's `get_pages`
 //! (the core holds a ticket: the registration is or is about to be an MR)
-//! until `put_pages`/`release`. The report happens where peermem decides
+//! until `put_pages`/`release`. An unmap whose notifier fired before
+//! `get_pages` while its work item runs after it (so the work item revokes
+//! the MR through the core) is reported by `get_pages` ([`Tag::arm`]). The report happens where peermem decides
 //! to revoke, before the core's invalidate is called: in the GPU driver's
 //! free callback, and for an unmap or a move in the mmu notifier itself,
 //! synchronously in the unmapping thread (the invalidation follows in a
@@ -35,15 +37,27 @@
 //! spinlock (never held across anything else, and never taken by
 //! `get_pages`/`dma_map`), allocates nothing (the queue is allocated at
 //! open) and wakes the readers. With no file open it is one atomic load.
+//!
+//! # Cost and limits
+//!
+//! A report visits the files of the revoked registration's address space
+//! only ([`Table`]: a tree of address spaces, each with a tree of its
+//! files), never every open file. An open allocates everything it needs,
+//! tree nodes included, before it takes the lock, charged to the opener's
+//! memory cgroup, and one user holds at most `event_files_per_user` files
+//! (`EMFILE` beyond).
 
 use super::Kind;
 use crate::kapi::global_lock::EventsLocked;
 use crate::kapi::miscdev::{MiscDevice, MiscDeviceRegistration, UserWriter, Vma, WaitQueue};
-use crate::kapi::mm::{MmRef, SharedPage};
+use crate::kapi::mm::{current_uid, MmRef, SharedPage};
 use crate::kapi::mmu_notifier::Unmapping;
+use crate::kapi::print::warn_ratelimited;
 use crate::kapi::{module_param, uapi};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use kernel::alloc::flags::GFP_KERNEL_ACCOUNT;
 use kernel::prelude::*;
+use kernel::rbtree::{RBTree, RBTreeNodeReservation};
 use kernel::sync::Arc;
 
 /// Why a registration was revoked.
@@ -78,6 +92,9 @@ impl From<Unmapping> for Cause {
 /// Fewest and most records a queue may hold (`event_queue_len`).
 pub(crate) const QUEUE_LEN_MIN: u32 = 2;
 pub(crate) const QUEUE_LEN_MAX: u32 = 65536;
+/// Fewest and most open files one user may hold (`event_files_per_user`).
+pub(crate) const FILES_PER_USER_MIN: u32 = 1;
+pub(crate) const FILES_PER_USER_MAX: u32 = 65536;
 
 /// Whether the device exists (registrations then remember their address space).
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -85,9 +102,44 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static OPEN: AtomicU32 = AtomicU32::new(0);
 /// Records per queue (`event_queue_len`, checked at load).
 static QUEUE_LEN: AtomicU32 = AtomicU32::new(256);
+/// Open files per user (`event_files_per_user`, checked at load).
+static FILES_PER_USER: AtomicU32 = AtomicU32::new(1024);
 
-/// The open files and their queues.
-static SLOTS: EventsLocked<KVec<Option<Slot>>> = EventsLocked::new(KVec::new());
+/// The open files and their queues (`None` while the device is not enabled).
+static TABLE: EventsLocked<Option<Table>> = EventsLocked::new(None);
+
+/// Every open file, found by address space, and how many each user holds.
+/// Nothing in it is a contiguous array that grows with the number of
+/// files: each file is one node of its address space's tree, each address
+/// space and each user one node, all allocated before the lock is taken
+/// (charged to the opener's memory cgroup), so inserting allocates
+/// nothing and a report visits only the files of the revoked address space.
+struct Table {
+    /// Address spaces with open files, by [`MmRef::key`].
+    spaces: RBTree<usize, Space>,
+    /// Open files per user id (users holding none have no entry).
+    users: RBTree<u32, u32>,
+}
+
+/// The open files of one address space.
+struct Space {
+    /// By [`Watcher::key`].
+    files: RBTree<usize, Slot>,
+    /// Entries in `files`.
+    count: usize,
+}
+
+impl Table {
+    /// The slot of `w` (present from `open` until `release`).
+    fn slot_of(&mut self, w: &Watcher) -> Option<&mut Slot> {
+        self.spaces.get_mut(&w.mm.key())?.files.get_mut(&w.key())
+    }
+}
+
+/// The slot of `w` in the table, if there is one.
+fn slot_of<'a>(t: &'a mut Option<Table>, w: &Watcher) -> Option<&'a mut Slot> {
+    t.as_mut()?.slot_of(w)
+}
 
 /// One record of the queue.
 #[derive(Clone, Copy)]
@@ -159,14 +211,23 @@ impl Ring {
             self.overflow = Some(rec.generation);
             return;
         }
-        self.buf[(self.head + self.len) % cap] = rec;
+        // head < cap and len < cap: no division (whose by-zero panic 6.12's
+        // objtool does not know as noreturn).
+        let mut at = self.head + self.len;
+        if at >= cap {
+            at -= cap;
+        }
+        self.buf[at] = rec;
         self.len += 1;
     }
 
     fn pop(&mut self) -> Option<Record> {
         if self.len > 0 {
             let rec = self.buf[self.head];
-            self.head = (self.head + 1) % self.buf.len();
+            self.head += 1;
+            if self.head == self.buf.len() {
+                self.head = 0;
+            }
             self.len -= 1;
             return Some(rec);
         }
@@ -182,24 +243,20 @@ impl Ring {
     }
 
     /// A popped record could not be delivered: the reader must flush.
-    fn lost(&mut self, generation: u64) {
-        let g = self.overflow.map_or(generation, |o| o.max(generation));
-        self.overflow = Some(g);
+    /// Everything still queued is newer than the lost record; one overflow
+    /// record of the newest generation takes the place of all of it, so
+    /// the records stay in generation order and the last one read carries
+    /// the counter's value.
+    fn lost(&mut self) {
+        self.len = 0;
+        self.overflow = Some(self.generation);
     }
 }
 
-/// An open file's queue, in [`SLOTS`].
+/// An open file's queue, in [`TABLE`].
 struct Slot {
     watcher: Arc<Watcher>,
     ring: Ring,
-}
-
-/// The slot of `w` (present from `open` until `release`).
-fn slot_of<'a>(slots: &'a mut KVec<Option<Slot>>, w: &Watcher) -> Option<&'a mut Slot> {
-    slots
-        .iter_mut()
-        .flatten()
-        .find(|s| core::ptr::eq(&*s.watcher, w))
 }
 
 /// One open `/dev/peermem`.
@@ -208,18 +265,56 @@ fn slot_of<'a>(slots: &'a mut KVec<Option<Slot>>, w: &Watcher) -> Option<&'a mut
 pub(crate) struct Watcher {
     /// The opener's address space.
     mm: MmRef,
+    /// The opener's user, whose count of open files this file is in.
+    uid: u32,
     /// The generation page user space maps.
     page: SharedPage,
     waitq: WaitQueue,
+}
+
+impl Watcher {
+    /// This file's key in its address space's tree: its address, unique
+    /// among the live files (each is in an `Arc`, which does not move).
+    fn key(&self) -> usize {
+        core::ptr::from_ref(self) as usize
+    }
+}
+
+/// Why an open is refused after its allocations.
+enum Refused {
+    /// The device is going away.
+    Gone,
+    /// The user holds `event_files_per_user` files already.
+    Limit,
+}
+
+/// An open refused by `event_files_per_user`: says so (rate-limited), `EMFILE`.
+fn refuse_limit() -> Error {
+    warn_ratelimited(c"a user holds as many open /dev/peermem files as event_files_per_user allows; its opens fail with EMFILE until it closes one (or load peermem with a larger event_files_per_user)");
+    EMFILE
 }
 
 impl MiscDevice for Watcher {
     fn open() -> Result<Arc<Self>> {
         // A kernel thread has no registrations to watch.
         let mm = MmRef::current().ok_or(EINVAL)?;
+        let uid = current_uid();
+        let limit = FILES_PER_USER.load(Ordering::Relaxed);
+        // A user at the limit is refused before anything is allocated
+        // (checked again at insertion: another open may have raced this one).
+        let at_limit = {
+            let g = TABLE.lock();
+            g.as_ref()
+                .is_some_and(|t| t.users.get(&uid).is_some_and(|&n| n >= limit))
+        };
+        if at_limit {
+            return Err(refuse_limit());
+        }
         let qlen = QUEUE_LEN.load(Ordering::Relaxed) as usize;
-        let mut buf = KVec::with_capacity(qlen, GFP_KERNEL)?;
-        buf.extend_with(qlen, Record::EMPTY, GFP_KERNEL)?;
+        // Everything this file holds is charged to the opener's memory
+        // cgroup, and allocated here, before the event lock.
+        let mut buf = KVec::with_capacity(qlen, GFP_KERNEL_ACCOUNT)?;
+        buf.extend_with(qlen, Record::EMPTY, GFP_KERNEL_ACCOUNT)?;
         let page = SharedPage::new()?;
         page.store_u32(uapi::gen_page::VERSION, uapi::VERSION);
         page.store_u32(uapi::gen_page::EVENT_SIZE, uapi::EVENT_SIZE as u32);
@@ -227,11 +322,17 @@ impl MiscDevice for Watcher {
         let watcher = Arc::new(
             Watcher {
                 mm,
+                uid,
                 page,
                 waitq: WaitQueue::new()?,
             },
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )?;
+        // The tree nodes the insertion may need (a new address space, a
+        // new user): the unused ones are freed after the lock.
+        let file_node = RBTreeNodeReservation::new(GFP_KERNEL_ACCOUNT)?;
+        let mut space_node = Some(RBTreeNodeReservation::new(GFP_KERNEL_ACCOUNT)?);
+        let mut user_node = Some(RBTreeNodeReservation::new(GFP_KERNEL_ACCOUNT)?);
         let slot = Slot {
             watcher: watcher.clone(),
             ring: Ring {
@@ -243,44 +344,100 @@ impl MiscDevice for Watcher {
             },
         };
         let refused = {
-            let mut g = SLOTS.lock();
-            if let Some(free) = g.iter_mut().find(|s| s.is_none()) {
-                *free = Some(slot);
-                OPEN.fetch_add(1, Ordering::Relaxed);
-                None
-            } else {
-                // Grows by one slot, rarely (slots are reused).
-                match g.push(Some(slot), GFP_ATOMIC) {
-                    Ok(()) => {
+            let mut g = TABLE.lock();
+            match g.as_mut() {
+                None => Err((Refused::Gone, slot, file_node)),
+                Some(t) => {
+                    let held = t.users.get(&uid).copied().unwrap_or(0);
+                    if held >= limit {
+                        Err((Refused::Limit, slot, file_node))
+                    } else {
+                        match t.users.get_mut(&uid) {
+                            Some(n) => *n += 1,
+                            None => {
+                                if let Some(node) = user_node.take() {
+                                    t.users.insert(node.into_node(uid, 1));
+                                }
+                            }
+                        }
+                        let mm_key = watcher.mm.key();
+                        let node = file_node.into_node(watcher.key(), slot);
+                        match t.spaces.get_mut(&mm_key) {
+                            Some(space) => {
+                                space.files.insert(node);
+                                space.count += 1;
+                            }
+                            None => {
+                                let mut files = RBTree::new();
+                                files.insert(node);
+                                if let Some(sn) = space_node.take() {
+                                    t.spaces
+                                        .insert(sn.into_node(mm_key, Space { files, count: 1 }));
+                                }
+                            }
+                        }
                         OPEN.fetch_add(1, Ordering::Relaxed);
-                        None
+                        Ok(())
                     }
-                    Err(_) => Some(ENOMEM),
                 }
             }
         };
+        // Outside the lock: what the refusal hands back, the unused nodes.
+        drop(space_node);
+        drop(user_node);
         match refused {
-            None => Ok(watcher),
-            Some(e) => Err(e),
+            Ok(()) => Ok(watcher),
+            Err((why, slot, node)) => {
+                drop(slot);
+                drop(node);
+                match why {
+                    Refused::Gone => Err(ENODEV),
+                    Refused::Limit => Err(refuse_limit()),
+                }
+            }
         }
     }
 
     fn release(this: Arc<Self>) {
-        let slot = {
-            let mut g = SLOTS.lock();
-            let slot = g
-                .iter_mut()
-                .find(|s| {
-                    s.as_ref()
-                        .is_some_and(|s| core::ptr::eq(&*s.watcher, &*this))
-                })
-                .and_then(|s| s.take());
-            if slot.is_some() {
-                OPEN.fetch_sub(1, Ordering::Relaxed);
+        let (slot, space) = {
+            let mut g = TABLE.lock();
+            match g.as_mut() {
+                None => (None, None),
+                Some(t) => {
+                    let mm_key = this.mm.key();
+                    let mut slot = None;
+                    let mut empty = false;
+                    if let Some(space) = t.spaces.get_mut(&mm_key) {
+                        slot = space.files.remove(&this.key());
+                        if slot.is_some() {
+                            space.count -= 1;
+                            empty = space.count == 0;
+                        }
+                    }
+                    let space = if empty {
+                        t.spaces.remove(&mm_key)
+                    } else {
+                        None
+                    };
+                    if slot.is_some() {
+                        OPEN.fetch_sub(1, Ordering::Relaxed);
+                        let last = match t.users.get_mut(&this.uid) {
+                            Some(n) => {
+                                *n -= 1;
+                                *n == 0
+                            }
+                            None => false,
+                        };
+                        if last {
+                            t.users.remove(&this.uid);
+                        }
+                    }
+                    (slot, space)
+                }
             }
-            slot
         };
         // Outside the lock: the last references may free the queue and the file.
+        drop(space);
         drop(slot);
         drop(this);
     }
@@ -295,15 +452,15 @@ impl MiscDevice for Watcher {
         let mut copied = 0;
         while out.remaining() >= uapi::EVENT_SIZE {
             let rec = {
-                let mut g = SLOTS.lock();
+                let mut g = TABLE.lock();
                 slot_of(&mut g, self).and_then(|s| s.ring.pop())
             };
             let Some(rec) = rec else { break };
             // Copied outside the lock (the copy may fault and sleep).
             if let Err(e) = out.write(&rec.encode()) {
-                let mut g = SLOTS.lock();
+                let mut g = TABLE.lock();
                 if let Some(s) = slot_of(&mut g, self) {
-                    s.ring.lost(rec.generation);
+                    s.ring.lost();
                 }
                 return if copied > 0 { Ok(copied) } else { Err(e) };
             }
@@ -321,7 +478,7 @@ impl MiscDevice for Watcher {
             // read() fails at once.
             return true;
         }
-        let mut g = SLOTS.lock();
+        let mut g = TABLE.lock();
         slot_of(&mut g, self).is_some_and(|s| s.ring.readable())
     }
 
@@ -344,9 +501,17 @@ pub(crate) struct Device {
 
 /// From now on new registrations remember their address space, for the
 /// device [`Device::register`] creates later, with queues of `queue_len`
-/// records. Call before the core can call `acquire`.
-pub(crate) fn enable(queue_len: u32) {
+/// records and at most `files_per_user` open files per user (both checked
+/// by the caller). Call before the core can call `acquire`.
+pub(crate) fn enable(queue_len: u32, files_per_user: u32) {
     QUEUE_LEN.store(queue_len, Ordering::Relaxed);
+    FILES_PER_USER.store(files_per_user, Ordering::Relaxed);
+    let empty = Table {
+        spaces: RBTree::new(),
+        users: RBTree::new(),
+    };
+    let old = TABLE.lock().replace(empty);
+    drop(old);
     ENABLED.store(true, Ordering::Relaxed);
 }
 
@@ -366,9 +531,9 @@ impl Drop for Device {
         ENABLED.store(false, Ordering::Relaxed);
         // No file is open (each holds a module reference, and the device
         // was created when the load could no longer fail) and, once the
-        // registration (a field) is gone, none can be: free the slot table.
-        let slots = core::mem::take(&mut *SLOTS.lock());
-        drop(slots);
+        // registration (a field) is gone, none can be: free the table.
+        let table = TABLE.lock().take();
+        drop(table);
     }
 }
 
@@ -385,11 +550,12 @@ fn report(owner: &MmRef, client: Kind, start: u64, length: u64, cause: Cause) {
         Cause::Driver => uapi::cause::DRIVER,
         Cause::Protect => uapi::cause::PROTECT,
     };
-    let mut g = SLOTS.lock();
-    for s in g.iter_mut().flatten() {
-        if !s.watcher.mm.same(owner) {
-            continue;
-        }
+    let mut g = TABLE.lock();
+    // Only the files of `owner`: the cost is theirs, not every open file's.
+    let Some(space) = g.as_mut().and_then(|t| t.spaces.get_mut(&owner.key())) else {
+        return;
+    };
+    for s in space.files.values_mut() {
         s.ring.generation += 1;
         let generation = s.ring.generation;
         s.ring.push(Record {
@@ -412,18 +578,55 @@ fn report(owner: &MmRef, client: Kind, start: u64, length: u64, cause: Cause) {
 pub(crate) struct Tag {
     /// `None`: no device, or made by a kernel thread.
     owner: Option<MmRef>,
-    /// [`Tag::IDLE`], [`Tag::ARMED`] or [`Tag::DONE`].
+    /// [`Tag::IDLE`], [`Tag::ARMED`], [`Tag::DONE`], or [`Tag::FIRED`]
+    /// plus the cause's number ([`Tag::fired`]).
     state: AtomicU8,
 }
 
 impl Tag {
-    /// Not a mapping of the core yet: a revocation now is not reported
-    /// (the registration fails).
+    /// Not a mapping of the core yet, and not revoked: a revocation now
+    /// is not reported at once (the registration fails, unless the core
+    /// gets it before the revocation is carried out: see `FIRED`).
     const IDLE: u8 = 0;
     /// The core has its ticket: a revocation is reported.
     const ARMED: u8 = 1;
     /// Reported, or being given back by the core: never reported (again).
     const DONE: u8 = 2;
+    /// Revoked before the core had its ticket (the address watch fired
+    /// while `get_pages` waited for the registration lock): the revocation
+    /// is carried out later (the watch's work item). If the core still
+    /// gets the registration, the work item revokes the MR through the
+    /// core, so [`Tag::arm`] reports it then; if not, nothing is reported.
+    /// The cause is in the low bits.
+    const FIRED: u8 = 0x10;
+
+    /// `FIRED` with `cause`.
+    fn fired(cause: Cause) -> u8 {
+        Self::FIRED
+            | match cause {
+                Cause::GpuFree => 0,
+                Cause::Unmap => 1,
+                Cause::Move => 2,
+                Cause::Exit => 3,
+                Cause::Driver => 4,
+                Cause::Protect => 5,
+            }
+    }
+
+    /// The cause of a `FIRED` state.
+    fn fired_cause(state: u8) -> Option<Cause> {
+        if state & !0x0f != Self::FIRED {
+            return None;
+        }
+        Some(match state & 0x0f {
+            0 => Cause::GpuFree,
+            1 => Cause::Unmap,
+            2 => Cause::Move,
+            3 => Cause::Exit,
+            4 => Cause::Driver,
+            _ => Cause::Protect,
+        })
+    }
 
     /// A tag for a registration made by the calling process.
     pub(crate) fn current() -> Self {
@@ -437,14 +640,34 @@ impl Tag {
         }
     }
 
-    /// The core took the registration (`get_pages` gave it its ticket).
-    pub(crate) fn arm(&self) {
-        let _ = self.state.compare_exchange(
-            Self::IDLE,
-            Self::ARMED,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+    /// The core took the registration `[start, start + length)` of client
+    /// `client` (`get_pages` gave it its ticket, under the registration
+    /// lock, the registration not marked revoked). If a revocation fired
+    /// before, the revocation still to come (the watch's work item, which
+    /// now finds the ticket) is reported here, before it reaches the core.
+    pub(crate) fn arm(&self, client: Kind, start: u64, length: u64) {
+        let mut cur = self.state.load(Ordering::Relaxed);
+        loop {
+            let (next, report_cause) = if cur == Self::IDLE {
+                (Self::ARMED, None)
+            } else if let Some(cause) = Self::fired_cause(cur) {
+                (Self::DONE, Some(cause))
+            } else {
+                return;
+            };
+            match self
+                .state
+                .compare_exchange(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    if let (Some(cause), Some(owner)) = (report_cause, &self.owner) {
+                        report(owner, client, start, length, cause);
+                    }
+                    return;
+                }
+                Err(now) => cur = now,
+            }
+        }
     }
 
     /// The core is giving the registration back (`put_pages`, `release`).
@@ -453,21 +676,32 @@ impl Tag {
     }
 
     /// peermem revokes the registration `[start, start + length)` of
-    /// client `client`: reported once if armed. Call before the core's
-    /// invalidate; any context that may spin; allocates nothing.
+    /// client `client`: reported once if armed; remembered for [`Tag::arm`]
+    /// if the core has no ticket yet. Call before the core's invalidate;
+    /// any context that may spin; allocates nothing.
     pub(crate) fn revoked(&self, client: Kind, start: u64, length: u64, cause: Cause) {
         let Some(owner) = &self.owner else { return };
-        if self
-            .state
-            .compare_exchange(
-                Self::ARMED,
-                Self::DONE,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        {
-            report(owner, client, start, length, cause);
+        let mut cur = self.state.load(Ordering::Relaxed);
+        loop {
+            let next = match cur {
+                Self::ARMED => Self::DONE,
+                Self::IDLE => Self::fired(cause),
+                // Reported, given back, or fired already (the first
+                // revocation is the one that counts).
+                _ => return,
+            };
+            match self
+                .state
+                .compare_exchange(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    if next == Self::DONE {
+                        report(owner, client, start, length, cause);
+                    }
+                    return;
+                }
+                Err(now) => cur = now,
+            }
         }
     }
 }

@@ -51,6 +51,9 @@ pub(crate) static DELAY_UNPIN_MS: Knob = Knob::new();
 /// Delay in `release` after it found no invalidation running, before it
 /// unpins and returns.
 pub(crate) static DELAY_RELEASE_MS: Knob = Knob::new();
+/// Delay at the start of the address-change work item, before it takes
+/// the registration lock (the notifier has fired; the revocation is to come).
+pub(crate) static DELAY_ADDRESS_WORK_MS: Knob = Knob::new();
 /// Delay in the address-change work item after the core's invalidate
 /// returned, before the mapping is undone.
 pub(crate) static DELAY_ADDRESS_CHANGE_MS: Knob = Knob::new();
@@ -68,6 +71,7 @@ pub(crate) fn for_each(mut f: impl FnMut(&'static core::ffi::CStr, &'static Knob
     f(c"inject_delay_dma_map_ms", &DELAY_DMA_MAP_MS);
     f(c"inject_delay_unpin_ms", &DELAY_UNPIN_MS);
     f(c"inject_delay_release_ms", &DELAY_RELEASE_MS);
+    f(c"inject_delay_address_work_ms", &DELAY_ADDRESS_WORK_MS);
     f(c"inject_delay_address_change_ms", &DELAY_ADDRESS_CHANGE_MS);
     f(c"inject_delay_invalidate_ms", &DELAY_INVALIDATE_MS);
     f(c"inject_delay_free_callback_ms", &DELAY_FREE_CALLBACK_MS);

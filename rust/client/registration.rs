@@ -366,8 +366,10 @@ pub(crate) fn get_pages(
             }
             g.read_only = read_only;
             g.ticket = Some(ticket);
-            // Revocation events: from now on a revocation is reported.
-            reg.events.arm();
+            // Revocation events: from now on a revocation is reported (and
+            // one that fired before, whose work item is still to come and
+            // will revoke the MR through the core, is reported now).
+            reg.events.arm(reg.kind, reg.range.addr(), reg.range.len());
             Ok(())
         }
         Phase::Freed => {
@@ -710,6 +712,7 @@ pub(crate) fn address_unmapping(reg: &Registration, cause: events::Cause) {
 /// pages, which the core no longer does after an invalidation. Nothing to
 /// do if the memory was freed or given back meanwhile.
 pub(crate) fn address_changed(reg: Arc<Registration>) {
+    inject::DELAY_ADDRESS_WORK_MS.delay();
     let ticket = {
         let mut g = reg.lock_settled();
         if g.revoked {

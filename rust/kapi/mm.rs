@@ -13,7 +13,7 @@ use kernel::error::{code, Result};
 /// A counted reference to an address space's `mm_struct` (`mmgrab`: it
 /// keeps the struct, not the address space). While it lives no other
 /// address space can have the same `mm_struct`, so two `MmRef`s are the
-/// same address space exactly when [`MmRef::same`] says so.
+/// same address space exactly when their [`MmRef::key`]s are equal.
 ///
 /// # Invariants
 ///
@@ -36,9 +36,12 @@ impl MmRef {
         NonNull::new(mm).map(|mm| Self { mm })
     }
 
-    /// Whether `other` is the same address space.
-    pub(crate) fn same(&self, other: &MmRef) -> bool {
-        self.mm == other.mm
+    /// A key for the address space: two live `MmRef`s have the same key
+    /// exactly when they are the same address space (the `mm_struct`'s
+    /// address, which no other address space can have while this
+    /// reference lives). Only a key: nothing is reached through it.
+    pub(crate) fn key(&self) -> usize {
+        self.mm.as_ptr() as usize
     }
 
     /// Whether the caller runs in this address space.
@@ -53,6 +56,13 @@ impl Drop for MmRef {
         // SAFETY: our reference (type invariant), dropped once.
         unsafe { raw::peermem_mm_drop(self.mm.as_ptr()) };
     }
+}
+
+/// The caller's real user id, as the initial user namespace sees it (the
+/// overflow uid if it has no mapping there): a key for per-user limits.
+pub(crate) fn current_uid() -> u32 {
+    // SAFETY: FFI call without preconditions.
+    unsafe { raw::peermem_current_uid() }
 }
 
 /// A zeroed kernel page that user space may map read-only
@@ -77,7 +87,7 @@ unsafe impl Sync for SharedPage {}
 pub(crate) const SHARED_PAGE_SIZE: usize = 4096;
 
 impl SharedPage {
-    /// A zeroed page; `ENOMEM` if none.
+    /// A zeroed page, charged to the caller's memory cgroup; `ENOMEM` if none.
     pub(crate) fn new() -> Result<Self> {
         // SAFETY: FFI call without preconditions.
         let p = unsafe { raw::peermem_page_zalloc() };

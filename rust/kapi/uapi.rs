@@ -67,4 +67,10 @@ pub(crate) mod params {
         // SAFETY: FFI call without preconditions.
         unsafe { raw::peermem_param_event_queue_len() }
     }
+
+    /// `event_files_per_user`, unchecked.
+    pub(crate) fn event_files_per_user() -> u32 {
+        // SAFETY: FFI call without preconditions.
+        unsafe { raw::peermem_param_event_files_per_user() }
+    }
 }

@@ -43,6 +43,7 @@
  */
 #include <math.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include "../guest/peermem/peermem_test.h"
 #include "../gpusim/testclient/gpusim_testclient.h"
@@ -428,6 +429,106 @@ static void fig_free_events(int round)
 		for (int i = 0; i < NFREE_MRS; i++)
 			dereg_or_bail(S_PM, &r[i]);
 		gmem_drop(&g);
+	}
+}
+
+/*
+ * Revocation cost against open files (issue 21, finding 2), peermem only:
+ * an munmap of a registered 64 KiB range (peermem's notifier reports the
+ * revocation inside the call, under the event lock; the invalidation
+ * follows in a work item) while this process holds one /dev/peermem file
+ * and N more are held by other processes (N/EVF_PER_CHILD children, each
+ * a different user, each holding EVF_PER_CHILD files: the per-user limit's
+ * default allows that many). A report that visits every open file costs
+ * time in proportion to N; one that visits the revoked address space's
+ * files only does not. Sample: each munmap (EVF_MRS per N and round).
+ */
+#define EVF_PER_CHILD 1000
+#define EVF_MRS 16
+static const int evf_n[] = { 0, 1000, 4000, 16000 };
+
+/* Children holding n files open, as users 20000, 20001, ...; how many. */
+static int evf_hold(int n, pid_t *pids, int *go_w)
+{
+	int nchild = (n + EVF_PER_CHILD - 1) / EVF_PER_CHILD, ready[2], go[2];
+	char b;
+
+	if (pipe(ready) || pipe(go))
+		bail("pipe: %s", strerror(errno));
+	fflush(stdout);
+	for (int i = 0; i < nchild; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			struct rlimit rl = { EVF_PER_CHILD + 64, EVF_PER_CHILD + 64 };
+			int want = n - i * EVF_PER_CHILD < EVF_PER_CHILD ? n - i * EVF_PER_CHILD : EVF_PER_CHILD;
+
+			close(ready[0]);
+			close(go[1]);
+			if (setrlimit(RLIMIT_NOFILE, &rl) || setgid(20000 + i) || setuid(20000 + i))
+				_exit(1);
+			for (int k = 0; k < want; k++)
+				if (open(PEERMEM_DEVICE_PATH, O_RDONLY) < 0)
+					_exit(2);
+			if (write(ready[1], "r", 1) != 1)
+				_exit(3);
+			(void)!read(go[0], &b, 1);	/* EOF: the parent is done */
+			_exit(0);
+		}
+		if (pids[i] < 0)
+			bail("fork: %s", strerror(errno));
+	}
+	close(ready[1]);
+	close(go[0]);
+	for (int i = 0; i < nchild; i++)
+		if (read(ready[0], &b, 1) != 1)
+			bail("events/files: a child could not open its %d files of /dev/peermem", EVF_PER_CHILD);
+	close(ready[0]);
+	*go_w = go[1];
+	return nchild;
+}
+
+static void fig_events_files(int round)
+{
+	for (size_t j = 0; j < sizeof(evf_n) / sizeof(evf_n[0]); j++) {
+		int n = evf_n[(j + round) % (sizeof(evf_n) / sizeof(evf_n[0]))];
+		pid_t pids[64];
+		struct reg r[EVF_MRS];
+		struct gmem g[EVF_MRS];
+		const struct peermem_gen_page *pg;
+		int nchild, go_w = -1, efd, st;
+		char param[16];
+		double t0, t1;
+
+		nchild = evf_hold(n, pids, &go_w);
+		efd = open(PEERMEM_DEVICE_PATH, O_RDONLY | O_NONBLOCK);
+		pg = efd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, efd, 0);
+		if (pg == MAP_FAILED)
+			bail("cannot open and map %s: %s", PEERMEM_DEVICE_PATH, strerror(errno));
+		for (int i = 0; i < EVF_MRS; i++) {
+			galloc(&g[i], SLICE, "2097152");
+			reg_or_bail(S_PM, g[i].p, SLICE, &r[i]);
+		}
+		snprintf(param, sizeof(param), "%d", n);
+		for (int i = 0; i < EVF_MRS; i++) {
+			t0 = now_s();
+			if (munmap(g[i].p, SLICE))
+				bail("munmap: %s", strerror(errno));
+			t1 = now_s();
+			g[i].p = NULL;
+			sample("events_files_unmap_s", param, S_PM, round, t1 - t0);
+		}
+		if (__atomic_load_n(&pg->generation, __ATOMIC_ACQUIRE) != EVF_MRS)
+			bail("events/files: %d MRs unmapped, generation %llu", EVF_MRS,
+			     (unsigned long long)pg->generation);
+		for (int i = 0; i < EVF_MRS; i++) {
+			dereg_or_bail(S_PM, &r[i]);
+			gmem_free(gfd, &g[i]);
+		}
+		munmap((void *)pg, 4096);
+		close(efd);
+		close(go_w);
+		for (int i = 0; i < nchild; i++)
+			waitpid(pids[i], &st, 0);
 	}
 }
 
@@ -1117,6 +1218,7 @@ int main(int argc, char **argv)
 		if (round == 0)
 			use_side(S_PM);
 		fig_free_events(round);
+		fig_events_files(round);
 	}
 	for (int round = 0; round < rounds && !events_only; round++) {
 		for (int k = 0; k < NSIDES; k++) {

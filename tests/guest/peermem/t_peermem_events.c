@@ -13,6 +13,10 @@
  * and client; deregistered MRs and MRs revoked twice (free, then munmap)
  * count nothing more; another process's revocations and exit are
  * invisible, and the inherited fd is refused to a forked child (EPERM);
+ * an munmap while get_pages waits (inject_delay_get_pages_ms): reported
+ * once if the work item then revokes the MR (inject_delay_address_work_ms),
+ * nothing if the registration fails; a record read() could not copy
+ * becomes an overflow record and the records stay in generation order;
  * blocking read and poll wake; the overflow record (event_queue_len=4);
  * rmmod refused while a file is open, fine with only the mapping left;
  * events=0 leaves the device out.
@@ -311,6 +315,181 @@ static void test_several(struct chan *ch)
 	gmem_free(gfd, &g[1]);
 }
 
+/* ---- an unmap before get_pages arms the registration (issue 21, finding 4) ---- */
+
+struct late_unmap {
+	void *p;
+	long long mark0;	/* registrations_acquired before ibv_reg_mr */
+	double t0, t_unmap;
+	int claimed, ret;
+};
+
+/* munmap 50 ms after acquire claimed the range: inside get_pages' delay. */
+static void *late_unmap_thread(void *arg)
+{
+	struct late_unmap *u = arg;
+
+	while (now_s() < u->t0 + 3 && pm("registrations_acquired") == u->mark0)
+		usleep(2000);
+	u->claimed = pm("registrations_acquired") > u->mark0;
+	usleep(50000);
+	u->t_unmap = now_s();
+	u->ret = munmap(u->p, LEN) ? -errno : 0;
+	return NULL;
+}
+
+static int pm_knob(const char *name, int ms)
+{
+	char path[128], val[16];
+
+	snprintf(path, sizeof(path), PMDBG "%s", name);
+	snprintf(val, sizeof(val), "%d", ms);
+	return write_str(path, val);
+}
+
+/*
+ * The notifier fires while get_pages sleeps (inject_delay_get_pages_ms),
+ * before the core's ticket is stored. work_ms: how long the address-change
+ * work item waits before it takes the registration lock
+ * (inject_delay_address_work_ms). 0: it runs at once, finds no ticket, and
+ * get_pages fails with EFAULT: never an MR, so nothing is reported. 800: it
+ * runs after get_pages stored the ticket and revokes the live MR through
+ * the core: that revocation must be reported like any other, once.
+ */
+static void test_unmap_before_arm(struct chan *ch, int work_ms)
+{
+	struct peermem_event ev[4];
+	struct late_unmap u = { 0 };
+	long long g0, g_reg, g1, ac0, inv0;
+	const char *what = work_ms ? "work item after get_pages" : "work item before get_pages";
+	struct ibv_mr *mr;
+	struct gmem g;
+	pthread_t t;
+	double end;
+	int err, n;
+
+	alloc(&g, LEN);
+	g0 = gen_of(ch->pg);
+	ac0 = pm("address_changes");
+	inv0 = pm("invalidations_mmu_notifier");
+	if (pm_knob("inject_delay_get_pages_ms", 300) || pm_knob("inject_delay_address_work_ms", work_ms))
+		bail("cannot set the inject_delay knobs");
+	u.p = g.p;
+	u.mark0 = pm("registrations_acquired");
+	u.t0 = now_s();
+	if (pthread_create(&t, NULL, late_unmap_thread, &u))
+		bail("pthread_create");
+	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	err = mr ? 0 : errno;
+	g_reg = gen_of(ch->pg);
+	pthread_join(t, NULL);
+	pm_knob("inject_delay_get_pages_ms", 0);
+	/* The work item has run when address_changes moved (it waits work_ms). */
+	end = now_s() + 5;
+	while (pm("address_changes") == ac0 && now_s() < end)
+		usleep(20000);
+	usleep(300000);
+	pm_knob("inject_delay_address_work_ms", 0);
+	g1 = gen_of(ch->pg);
+	n = drain(ch->fd, ev, 4);
+	diag("unmap before arm (%s): munmap %.0f ms after the start (%s), ibv_reg_mr: %s; generation %lld -> %lld at ibv_reg_mr's return -> %lld; address_changes %+lld, invalidations_mmu_notifier %+lld; %d records",
+	     what, (u.t_unmap - u.t0) * 1000, u.claimed ? "acquire had claimed the range" : "NOT claimed yet",
+	     mr ? "registered" : strerror(err), g0, g_reg, g1, pm("address_changes") - ac0,
+	     pm("invalidations_mmu_notifier") - inv0, n);
+	ok(u.ret == 0 && u.claimed, "unmap before arm (%s): munmap ran after acquire, inside get_pages' delay", what);
+	if (!work_ms) {
+		ok(!mr && err == EFAULT && pm("address_changes") == ac0 + 1 &&
+		   pm("invalidations_mmu_notifier") == inv0,
+		   "unmap before arm (%s): ibv_reg_mr fails with EFAULT, no invalidation through the core (%s)",
+		   what, mr ? "registered" : strerror(err));
+		ok(g1 == g0 && n == 0,
+		   "unmap before arm (%s): never an MR, nothing reported (generation %lld -> %lld, %d records)",
+		   what, g0, g1, n);
+	} else {
+		ok(mr && pm("address_changes") == ac0 + 1 && pm("invalidations_mmu_notifier") == inv0 + 1,
+		   "unmap before arm (%s): ibv_reg_mr succeeds and the work item revokes the MR through the core (%s)",
+		   what, mr ? "registered" : strerror(err));
+		ok(g1 == g0 + 1 && n == 1 && rec_is(&ev[0], g0 + 1, g.p, LEN, PEERMEM_CAUSE_UNMAP),
+		   "unmap before arm (%s): the revocation is reported once: generation %lld -> %lld, one unmap record (%d records)",
+		   what, g0, g1, n);
+		ok(g_reg == g0 + 1,
+		   "unmap before arm (%s): the counter had moved already when ibv_reg_mr returned (%lld)",
+		   what, g_reg);
+	}
+	if (mr)
+		ibv_dereg_mr(mr);
+	g.p = NULL;
+	gmem_free(gfd, &g);
+	usleep(200000);
+	ok(gen_of(ch->pg) == g1 && drain(ch->fd, ev, 4) == 0,
+	   "unmap before arm (%s): nothing more after deregistration and the free (generation %lld)",
+	   what, gen_of(ch->pg));
+}
+
+/* ---- a record read() could not copy (issue 21, finding 8) ---- */
+
+/*
+ * Three records queued; read() copies the first and faults on the second
+ * (lost: the second half of the buffer is PROT_NONE), or faults on the
+ * first (EFAULT). What follows must still be in generation order, and the
+ * lost record covered by an overflow record (generation at least the lost
+ * one's), the last record read carrying the counter's value.
+ */
+static void test_lost_copy(struct chan *ch, int partial)
+{
+	struct peermem_event ev[8], *buf;
+	long long g0, g1, prev;
+	struct ibv_mr *mr[3];
+	struct gmem g[3];
+	int n, inorder = 1, covered = 0, got = 0, err = 0;
+	const char *what = partial ? "second record faults" : "first record faults";
+	char *area;
+	ssize_t r;
+
+	area = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (area == MAP_FAILED || mprotect(area + 4096, 4096, PROT_NONE))
+		bail("mmap/mprotect of the read buffer");
+	buf = (struct peermem_event *)(area + (partial ? 4096 - sizeof(*buf) : 4096));
+	for (int i = 0; i < 3; i++) {
+		alloc(&g[i], LEN);
+		mr[i] = reg(&g[i]);
+	}
+	g0 = gen_of(ch->pg);
+	for (int i = 0; i < 3; i++)
+		gmem_free(gfd, &g[i]);
+	g1 = gen_of(ch->pg);
+	r = read(ch->fd, buf, 2 * sizeof(*buf));
+	if (r < 0)
+		err = errno;
+	prev = g0;
+	if (partial && r == sizeof(*buf)) {
+		got = 1;
+		inorder = rec_is(&buf[0], g0 + 1, g[0].p, LEN, PEERMEM_CAUSE_GPU_FREE);
+		prev = g0 + 1;
+	}
+	n = drain(ch->fd, ev, 8);
+	for (int i = 0; i < n; i++) {
+		diag("lost copy (%s): record %d: generation %llu cause %s", what, i,
+		     (unsigned long long)ev[i].generation, cause_str(ev[i].cause));
+		if ((long long)ev[i].generation <= prev)
+			inorder = 0;
+		prev = ev[i].generation;
+		if (ev[i].cause == PEERMEM_CAUSE_OVERFLOW && (long long)ev[i].generation >= g0 + 1 + got)
+			covered = 1;
+	}
+	ok(g1 == g0 + 3 && (partial ? r == sizeof(*buf) : err == EFAULT),
+	   "lost copy (%s): three revocations (generation %lld -> %lld); read returns %s (%zd, %s)",
+	   what, g0, g1, partial ? "the first record" : "EFAULT", r, err ? strerror(err) : "-");
+	ok(n > 0 && inorder && covered && (long long)ev[n - 1].generation == g1,
+	   "lost copy (%s): the records that follow are in generation order, the lost one is covered by an overflow record, the last one has the counter's generation %lld (%d records)",
+	   what, g1, n);
+	for (int i = 0; i < 3; i++) {
+		ibv_dereg_mr(mr[i]);
+		gmem_drop(&g[i]);
+	}
+	munmap(area, 8192);
+}
+
 /* ---- other processes ---- */
 
 /* Child: its own channel, its own MR freed: sees exactly its one revocation. */
@@ -606,6 +785,10 @@ int main(void)
 	test_cause(&ch, MREMAP, PEERMEM_CAUSE_MOVE);
 	test_cause(&ch, MAPFIXED, PEERMEM_CAUSE_UNMAP);
 	test_several(&ch);
+	test_unmap_before_arm(&ch, 0);
+	test_unmap_before_arm(&ch, 800);
+	test_lost_copy(&ch, 1);
+	test_lost_copy(&ch, 0);
 	test_other_process(&ch);
 	test_inherit(&ch);
 	test_wake(&ch);

@@ -608,7 +608,8 @@ static void soak_knobs(const struct soak_opts *o, uint32_t *seed, char *desc, si
 	static const char *const pmk[] = {
 		"inject_delay_acquire_ms", "inject_delay_get_pages_ms", "inject_delay_dma_map_ms",
 		"inject_delay_unpin_ms",
-		"inject_delay_release_ms", "inject_delay_address_change_ms",
+		"inject_delay_release_ms", "inject_delay_address_work_ms",
+		"inject_delay_address_change_ms",
 		"inject_delay_invalidate_ms", "inject_delay_free_callback_ms",
 	};
 	const char *d = us[rnd(seed) % 4];
