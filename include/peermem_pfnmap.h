@@ -34,6 +34,19 @@ enum peermem_pfn_refusal {
 	PEERMEM_PFN_MIXED,		/* RAM and a BAR, or two BARs, in one range */
 };
 
+/*
+ * What one peermem_pfn_resolve() call did, for the counters of the PFN-map
+ * source (/sys/kernel/debug/peermem/pfn/walk_*) and its test knob.
+ */
+struct peermem_pfn_walk {
+	u32 delay_ms;	/* in: test knob, sleep this long every PEERMEM_PFN_WALK_BATCH pages */
+	u64 pages;	/* out: pages read (follow_pfnmap_start/end) */
+	u64 lookups;	/* out: lookups in the firmware's resource map (/proc/iomem) */
+};
+
+/* Pages between two sleeps of the test knob (16 MiB). */
+#define PEERMEM_PFN_WALK_BATCH 4096
+
 /* How peermem_pfn_dma_map() mapped the runs of a PCI BAR for the device. */
 enum peermem_p2p_how {
 	PEERMEM_P2P_RESOURCE = 0,	/* dma_map_resource (RAM; a BAR through the host bridge) */
@@ -54,9 +67,10 @@ enum peermem_p2p_how {
  * writable (VMA and PTE). A refused range returns 0 with *runs and
  * *bar_dev NULL, *why and *where (the first address refused) set. Errors:
  * -EINVAL (no user address space, bad range), -ENOMEM, -EINTR (fatal
- * signal while waiting for the mmap lock).
+ * signal while waiting for the mmap lock). *walk says what it did.
  */
-int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_run **runs,
+int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_walk *walk,
+			struct peermem_pfn_run **runs,
 			u32 *nruns, bool *writable, u32 *why, u64 *where,
 			struct pci_dev **bar_dev, int *bar);
 

@@ -9,6 +9,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/ioport.h>
 #include <linux/mm.h>
@@ -47,19 +48,23 @@ void peermem_pfn_free(void *p)
 }
 
 /* Whether the firmware's memory map (/proc/iomem) says the page is RAM. */
-static bool peermem_pfn_firmware_ram(unsigned long pfn, bool reserved_too)
+static bool peermem_pfn_firmware_ram(unsigned long pfn, bool reserved_too,
+				     struct peermem_pfn_walk *walk)
 {
+	walk->lookups++;
 	if (region_intersects(PFN_PHYS(pfn), PAGE_SIZE, IORESOURCE_SYSTEM_RAM,
 			      IORES_DESC_NONE) == REGION_INTERSECTS)
 		return true;
 	/* memmap=nn$ss, no-map reserved-memory: "Reserved", not System RAM. */
-	return reserved_too &&
-	       region_intersects(PFN_PHYS(pfn), PAGE_SIZE, IORESOURCE_MEM,
+	if (!reserved_too)
+		return false;
+	walk->lookups++;
+	return region_intersects(PFN_PHYS(pfn), PAGE_SIZE, IORESOURCE_MEM,
 				 IORES_DESC_RESERVED) == REGION_INTERSECTS;
 }
 
 /* Whether the page at pfn is RAM that no kernel allocator hands out. */
-static u32 peermem_pfn_classify(unsigned long pfn)
+static u32 peermem_pfn_classify(unsigned long pfn, struct peermem_pfn_walk *walk)
 {
 	if (is_zero_pfn(pfn))
 		return PEERMEM_PFN_ZERO_PAGE;
@@ -77,14 +82,14 @@ static u32 peermem_pfn_classify(unsigned long pfn)
 		 * at 0xa0000, a BAR that shares a memory section with RAM):
 		 * RAM only where the firmware's map says RAM or reserved.
 		 */
-		return peermem_pfn_firmware_ram(pfn, true) ? PEERMEM_PFN_OK :
+		return peermem_pfn_firmware_ram(pfn, true, walk) ? PEERMEM_PFN_OK :
 							     PEERMEM_PFN_NOT_RAM;
 	}
 	/*
 	 * Outside the memory map: only System RAM (a "Reserved" range there
 	 * may as well be a chipset's MMIO).
 	 */
-	return peermem_pfn_firmware_ram(pfn, false) ? PEERMEM_PFN_OK : PEERMEM_PFN_NOT_RAM;
+	return peermem_pfn_firmware_ram(pfn, false, walk) ? PEERMEM_PFN_OK : PEERMEM_PFN_NOT_RAM;
 }
 
 static int peermem_pfn_add(struct peermem_pfn_run **runs, u32 *n, u32 *cap,
@@ -165,7 +170,8 @@ static u32 peermem_pfn_classify_bar(unsigned long pfn, bool first,
 	return PEERMEM_PFN_OK;
 }
 
-int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_run **runs,
+int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_walk *walk,
+			struct peermem_pfn_run **runs,
 			u32 *nruns, bool *writable, u32 *why, u64 *where,
 			struct pci_dev **bar_dev, int *bar)
 {
@@ -182,6 +188,8 @@ int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_run **runs,
 	*writable = true;
 	*why = PEERMEM_PFN_OK;
 	*where = 0;
+	walk->pages = 0;
+	walk->lookups = 0;
 	if (!mm || (current->flags & PF_KTHREAD) || !len ||
 	    !PAGE_ALIGNED(start) || !PAGE_ALIGNED(len) ||
 	    check_add_overflow(start, len, &end))
@@ -228,7 +236,10 @@ int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_run **runs,
 			if (!args.writable)
 				*writable = false;
 			follow_pfnmap_end(&args);
-			*why = peermem_pfn_classify(pfn);
+			walk->pages++;
+			if (walk->delay_ms && !(walk->pages % PEERMEM_PFN_WALK_BATCH))
+				msleep(walk->delay_ms);
+			*why = peermem_pfn_classify(pfn, walk);
 			/* A range is all RAM or all one BAR. */
 			if (*why == PEERMEM_PFN_NOT_RAM)
 				*why = peermem_pfn_classify_bar(pfn, !n, bar_dev, bar);

@@ -21,7 +21,7 @@
 
 use super::range::{coalesce, count_segments, GpuRange, SegmentLimits};
 use super::registration::{self, install_pfn, Source};
-use super::stats::{Stats, STATS_PFN, STATS_PFN_BAR};
+use super::stats::{Stats, STATS_PFN, STATS_PFN_BAR, STATS_PFN_WALK};
 use super::{Kind, Registration};
 use crate::kapi::device::PciDev;
 use crate::kapi::mmu_notifier::AddressWatch;
@@ -92,7 +92,14 @@ pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> 
         decline(&reg);
         return None;
     };
-    let runs = match PfnRuns::resolve(start, end - start) {
+    let walk_stats = &STATS_PFN_WALK;
+    let mut walk = pfnmap::new_walk(super::inject::DELAY_PFN_WALK_MS.ms());
+    walk_stats.walks_started.inc();
+    let resolved = PfnRuns::resolve(start, end - start, &mut walk);
+    walk_stats.walk_pages.add(walk.pages);
+    walk_stats.walk_resource_lookups.add(walk.lookups);
+    walk_stats.walks_ended.inc();
+    let runs = match resolved {
         Ok(runs) => runs,
         Err(Unresolved::Refused(why, _at)) => {
             decline(&reg);

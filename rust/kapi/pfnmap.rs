@@ -95,6 +95,20 @@ pub(crate) enum Unresolved {
 /// One run of physically contiguous memory (page aligned).
 pub(crate) type Run = raw::peermem_pfn_run;
 
+/// What one [`PfnRuns::resolve`] did (pages read, lookups in the firmware's
+/// resource map), and its test knob (`delay_ms`: sleep that long every
+/// `PEERMEM_PFN_WALK_BATCH` pages, 16 MiB).
+pub(crate) type Walk = raw::peermem_pfn_walk;
+
+/// A [`Walk`] with the delay knob at `delay_ms` and nothing done yet.
+pub(crate) fn new_walk(delay_ms: u32) -> Walk {
+    Walk {
+        delay_ms,
+        pages: 0,
+        lookups: 0,
+    }
+}
+
 /// The PCI device and memory BAR a range's runs lie in.
 ///
 /// # Invariants
@@ -139,15 +153,21 @@ impl PfnRuns {
     /// does not manage or (unless `pfnmap_ram_only`) of one PCI device's
     /// memory BAR. What it returns is valid only as long as nothing
     /// invalidated the range since (the caller's watch says).
-    pub(crate) fn resolve(start: u64, len: u64) -> core::result::Result<Self, Unresolved> {
+    /// `walk` gets what the walk did.
+    pub(crate) fn resolve(
+        start: u64,
+        len: u64,
+        walk: &mut Walk,
+    ) -> core::result::Result<Self, Unresolved> {
         let mut runs: *mut Run = core::ptr::null_mut();
         let mut dev: *mut kernel::bindings::pci_dev = core::ptr::null_mut();
         let (mut n, mut writable, mut why, mut at, mut index) = (0u32, false, 0u32, 0u64, 0i32);
-        // SAFETY: every out-pointer is a local.
+        // SAFETY: every out-pointer is a local or `walk`.
         let ret = unsafe {
             raw::peermem_pfn_resolve(
                 start,
                 len,
+                walk,
                 &mut runs,
                 &mut n,
                 &mut writable,
