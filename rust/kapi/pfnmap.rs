@@ -96,16 +96,24 @@ pub(crate) enum Unresolved {
 pub(crate) type Run = raw::peermem_pfn_run;
 
 /// What one [`PfnRuns::resolve`] did (pages read, lookups in the firmware's
-/// resource map), and its test knob (`delay_ms`: sleep that long every
+/// resource map, stopped for a fatal signal or over the run limit), and
+/// its test knob (`delay_ms`: sleep that long every
 /// `PEERMEM_PFN_WALK_BATCH` pages, 16 MiB).
 pub(crate) type Walk = raw::peermem_pfn_walk;
+
+/// The most runs one range may have (an array of 4 MiB; docs/module.md,
+/// "PFN-mapped memory", Limits).
+pub(crate) const MAX_RUNS: u32 = raw::PEERMEM_PFN_MAX_RUNS;
 
 /// A [`Walk`] with the delay knob at `delay_ms` and nothing done yet.
 pub(crate) fn new_walk(delay_ms: u32) -> Walk {
     Walk {
         delay_ms,
+        probe: false,
         pages: 0,
         lookups: 0,
+        killed: false,
+        over_limit: false,
     }
 }
 
@@ -195,6 +203,15 @@ impl PfnRuns {
             }),
             _ => Err(Unresolved::Failed(code::EINVAL)),
         }
+    }
+
+    /// The checks of [`PfnRuns::resolve`] on every mapping of the range,
+    /// but on its first page only (cheap whatever the range's length):
+    /// `Ok` if the range looks like this source's memory.
+    pub(crate) fn probe(start: u64, len: u64) -> core::result::Result<(), Unresolved> {
+        let mut walk = new_walk(0);
+        walk.probe = true;
+        Self::resolve(start, len, &mut walk).map(drop)
     }
 
     /// Whether the runs are a PCI device's BAR (not RAM).
@@ -297,14 +314,12 @@ unsafe impl Send for PfnMapping {}
 unsafe impl Sync for PfnMapping {}
 
 impl PfnMapping {
-    /// The bus address of every page (of [`PAGE_SIZE`]), in order.
-    pub(crate) fn page_addrs(&self) -> impl Iterator<Item = u64> + '_ {
+    /// The bus address and length of every run, in order.
+    pub(crate) fn extents(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         let runs = self.runs.runs();
         // SAFETY: one address per run (type invariant), alive with `self`.
         let dma = unsafe { core::slice::from_raw_parts(self.dma.as_ptr(), runs.len()) };
-        runs.iter()
-            .zip(dma.iter())
-            .flat_map(|(r, &d)| (0..r.len / PAGE_SIZE).map(move |i| d + i * PAGE_SIZE))
+        runs.iter().zip(dma.iter()).map(|(r, &d)| (d, r.len))
     }
 
     /// Whether the device reaches the memory by the BAR's bus addresses
