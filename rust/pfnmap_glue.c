@@ -274,7 +274,9 @@ static int peermem_pfn_add(struct peermem_pfn_ctx *c, u64 addr, unsigned long pf
 	}
 	if (c->n == c->cap) {
 		u32 cap2 = min_t(u32, c->cap ? c->cap * 2 : 16, PEERMEM_PFN_MAX_RUNS);
-		struct peermem_pfn_run *r = kvmalloc_array(cap2, sizeof(*r), GFP_KERNEL);
+		/* Made for the registering process: its memory cgroup pays. */
+		struct peermem_pfn_run *r = kvmalloc_array(cap2, sizeof(*r),
+							   GFP_KERNEL_ACCOUNT);
 
 		if (!r)
 			return -ENOMEM;
@@ -472,7 +474,8 @@ int peermem_pfn_dma_map(struct pci_dev *pdev, const struct peermem_pfn_run *runs
 			return t;
 		*how = t;
 	}
-	d = kvmalloc_array(nruns, sizeof(*d), GFP_KERNEL);
+	/* In the registering process (the core's dma_map): its cgroup pays. */
+	d = kvmalloc_array(nruns, sizeof(*d), GFP_KERNEL_ACCOUNT);
 	if (!d)
 		return -ENOMEM;
 	if (*how == PEERMEM_P2P_BUS_ADDR) {
