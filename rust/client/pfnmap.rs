@@ -10,14 +10,18 @@
 //! A PFN registration is a [`Registration`] like a GPU one (same phases,
 //! same address watch, same revocation through the core), with
 //! [`Source::Pfn`]: its "pin" is the list of physical runs read under the
-//! mmap lock, and nothing is given back at `put_pages`. No reference on
+//! mmap lock, and nothing is given back at `put_pages`. `acquire` (under
+//! the core's global client lock) only looks at the range's mappings and
+//! first page; `get_pages` (under the umem's own lock) walks every page
+//! ([`resolve`]). No reference on
 //! the memory is held, so the registration must never outlive what the
 //! address maps: its watch is a *blocking* one
 //! ([`AddressWatch::set_blocking`]), started before the PFNs are read and
 //! checked after (`mmu_interval_read_begin`/`retry`); any invalidation of
 //! the range (munmap, mremap, `MAP_FIXED`, the driver's
-//! `unmap_mapping_range`, mprotect, process exit) revokes the registration
-//! through the core before the kernel goes on changing the mapping.
+//! `unmap_mapping_range`, mprotect, process exit; not the soft-dirty reset,
+//! which changes nothing there) revokes the registration through the core
+//! before the kernel goes on changing the mapping.
 
 use super::range::{coalesce_extents, GpuRange, SegmentLimits};
 use super::registration::{self, install_pfn, Source};
