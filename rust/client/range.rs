@@ -306,7 +306,7 @@ pub(crate) fn coalesce_extents<I: Iterator<Item = (u64, u64)>>(
         extents,
         limits,
         pending: None,
-        bad: false,
+        bad: Bad::No,
     }
 }
 
@@ -316,8 +316,18 @@ pub(crate) struct CoalesceExtents<I> {
     limits: SegmentLimits,
     /// The part of an extent not in a segment yet.
     pending: Option<(u64, u64)>,
-    /// An invalid extent was met: the iteration ends (with `None` items).
-    bad: bool,
+    /// An invalid extent was met: `None` is yielded next (once), then the
+    /// iteration ends.
+    bad: Bad,
+}
+
+/// Whether [`CoalesceExtents`] met an invalid extent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bad {
+    No,
+    /// Met while extending a segment: say so after that segment.
+    ToReport,
+    Reported,
 }
 
 impl<I: Iterator<Item = (u64, u64)>> CoalesceExtents<I> {
@@ -354,11 +364,16 @@ impl<I: Iterator<Item = (u64, u64)>> Iterator for CoalesceExtents<I> {
     type Item = Option<Segment>;
 
     fn next(&mut self) -> Option<Option<Segment>> {
-        if self.bad {
-            return None;
+        match self.bad {
+            Bad::No => {}
+            Bad::ToReport => {
+                self.bad = Bad::Reported;
+                return Some(None);
+            }
+            Bad::Reported => return None,
         }
         let Some((mut addr, mut left)) = self.next_extent()? else {
-            self.bad = true;
+            self.bad = Bad::Reported;
             return Some(None);
         };
         let start = addr;
@@ -377,7 +392,7 @@ impl<I: Iterator<Item = (u64, u64)>> Iterator for CoalesceExtents<I> {
             match self.next_extent() {
                 None => break,
                 Some(None) => {
-                    self.bad = true;
+                    self.bad = Bad::ToReport;
                     break;
                 }
                 Some(Some((a, l))) if start.checked_add(len) == Some(a) && len < room => {
