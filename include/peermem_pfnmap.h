@@ -34,6 +34,29 @@ enum peermem_pfn_refusal {
 	PEERMEM_PFN_MIXED,		/* RAM and a BAR, or two BARs, in one range */
 };
 
+/*
+ * What one peermem_pfn_resolve() call did, for the counters of the PFN-map
+ * source (/sys/kernel/debug/peermem/pfn/walk_*) and its test knob.
+ */
+struct peermem_pfn_walk {
+	u32 delay_ms;	/* in: test knob, sleep this long every PEERMEM_PFN_WALK_BATCH pages */
+	bool probe;	/* in: check every mapping of the range, but read its first page only */
+	u64 pages;	/* out: pages read (follow_pfnmap_start/end) */
+	u64 lookups;	/* out: lookups in the firmware's resource map (/proc/iomem) */
+	bool killed;	/* out: stopped for a fatal signal (-EINTR) */
+	bool over_limit;	/* out: more than PEERMEM_PFN_MAX_RUNS runs (-ENOMEM) */
+};
+
+/* Pages between two sleeps of the test knob (16 MiB). */
+#define PEERMEM_PFN_WALK_BATCH 4096
+
+/*
+ * The most runs one range may have: the array is at most 4 MiB
+ * (docs/module.md, "PFN-mapped memory", Limits), e.g. 1 GiB of pages no
+ * two of which are physically contiguous.
+ */
+#define PEERMEM_PFN_MAX_RUNS 262144
+
 /* How peermem_pfn_dma_map() mapped the runs of a PCI BAR for the device. */
 enum peermem_p2p_how {
 	PEERMEM_P2P_RESOURCE = 0,	/* dma_map_resource (RAM; a BAR through the host bridge) */
@@ -44,7 +67,9 @@ enum peermem_p2p_how {
  * Under the calling process's mmap lock (read), check that every page of
  * [start, start + len) (page aligned, len > 0) is mapped by a VM_PFNMAP
  * mapping that is not copy-on-write and read its PFN with
- * follow_pfnmap_start/end. Every PFN must be RAM the kernel does not manage
+ * follow_pfnmap_start/end (with walk->probe: the mappings, and the first
+ * page only). Pages whose PFNs follow each other form runs, each
+ * classified once. Every PFN must be RAM the kernel does not manage
  * (PageReserved, or outside the memory map but System RAM in the resource
  * tree), or, unless pfnmap_ram_only=Y, every PFN must lie in one memory BAR
  * of one PCI device: then *bar_dev is that device, with a reference (drop it
@@ -53,10 +78,13 @@ enum peermem_p2p_how {
  * with peermem_pfn_free()) and *writable says whether every page is mapped
  * writable (VMA and PTE). A refused range returns 0 with *runs and
  * *bar_dev NULL, *why and *where (the first address refused) set. Errors:
- * -EINVAL (no user address space, bad range), -ENOMEM, -EINTR (fatal
- * signal while waiting for the mmap lock).
+ * -EINVAL (no user address space, bad range), -ENOMEM (also: more than
+ * PEERMEM_PFN_MAX_RUNS runs, walk->over_limit), -EINTR (a fatal signal,
+ * while waiting for the mmap lock or during the walk: walk->killed). The
+ * walk yields between pages (cond_resched). *walk says what it did.
  */
-int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_run **runs,
+int peermem_pfn_resolve(u64 start, u64 len, struct peermem_pfn_walk *walk,
+			struct peermem_pfn_run **runs,
 			u32 *nruns, bool *writable, u32 *why, u64 *where,
 			struct pci_dev **bar_dev, int *bar);
 

@@ -355,7 +355,9 @@ void peermem_watch_stop(struct peermem_watch *w)
 
 /*
  * A blocking watch fires on every invalidation of its range (unmap, the
- * exporting driver's unmap_mapping_range, mprotect, process exit), and the
+ * exporting driver's unmap_mapping_range, mprotect, process exit; not the
+ * soft-dirty reset, which changes nothing there: see
+ * peermem_blocking_ignores()), and the
  * notifier call returns only once changed() has returned: the registration
  * is revoked through the core before the kernel goes on to change what the
  * range maps. Memory the PFN-map source serves holds no reference, so the
@@ -387,10 +389,37 @@ static unsigned int peermem_blocking_how(const struct mmu_notifier_range *range)
 	case MMU_NOTIFY_PROTECTION_VMA:
 	case MMU_NOTIFY_PROTECTION_PAGE:
 		return PEERMEM_WATCH_PROTECTED;
+	case MMU_NOTIFY_CLEAR:
+		/*
+		 * Page-table entries cleared: of a VM_PFNMAP mapping that is not
+		 * copy-on-write only by its driver, unmap_mapping_range() or
+		 * zap_vma_ptes() (madvise(MADV_DONTNEED) refuses VM_PFNMAP).
+		 */
+		return PEERMEM_WATCH_ZAPPED;
 	default:
-		/* MMU_NOTIFY_CLEAR: unmap_mapping_range() by the mapping's driver. */
+		/*
+		 * MMU_NOTIFY_MIGRATE, _EXCLUSIVE: migrate_vma_setup() refuses
+		 * VM_SPECIAL mappings and make_device_exclusive() finds pages
+		 * with get_user_pages(), which refuses VM_PFNMAP, so neither
+		 * reaches a range this watch covers; were one to (or an event
+		 * a later kernel adds), the PFNs are no longer known good: it
+		 * revokes like the driver's zap, and is reported so
+		 * (docs/module.md, "Revocation events").
+		 */
 		return PEERMEM_WATCH_ZAPPED;
 	}
+}
+
+/*
+ * Invalidations that change nothing a blocking watch's range maps: the
+ * soft-dirty reset of /proc/pid/clear_refs invalidates the whole address
+ * space (MMU_NOTIFY_SOFT_DIRTY, "still same page and same access flags")
+ * and then skips VM_PFNMAP mappings (clear_refs_test_walk), whose entries
+ * it never touches. The watch covers only such mappings until it fires.
+ */
+static bool peermem_blocking_ignores(const struct mmu_notifier_range *range)
+{
+	return range->event == MMU_NOTIFY_SOFT_DIRTY;
 }
 
 static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
@@ -406,6 +435,12 @@ static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
 		mmu_interval_set_seq(&w->mni, cur_seq);
 		return true;
 	}
+	/*
+	 * Not a change of the range: no revocation, and the sequence stays
+	 * (what a registration reads meanwhile is still good).
+	 */
+	if (peermem_blocking_ignores(range))
+		return true;
 	if (!mmu_notifier_range_blockable(range))
 		return false;
 	mmu_interval_set_seq(&w->mni, cur_seq);

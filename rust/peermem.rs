@@ -285,6 +285,7 @@ fn create_debugfs() -> Result<Debugfs> {
     if let Some(pfn) = d.subdir(c"pfn") {
         stats::STATS_PFN.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
         stats::STATS_PFN_BAR.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
+        stats::STATS_PFN_WALK.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
     }
     stats::LAST_PIN.for_each(|name, value| d.add_hex(name, value));
     inject::for_each(|name, knob| d.add_u32(name, knob.atomic()));

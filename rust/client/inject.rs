@@ -28,9 +28,14 @@ impl Knob {
         &self.0
     }
 
+    /// The delay the knob says, in milliseconds (longest: 10 s).
+    pub(crate) fn ms(&self) -> u32 {
+        self.0.load(Ordering::Relaxed).min(10_000)
+    }
+
     /// Sleeps as long as the knob says (longest: 10 s).
     pub(crate) fn delay(&self) {
-        let ms = self.0.load(Ordering::Relaxed).min(10_000);
+        let ms = self.ms();
         if ms != 0 {
             crate::kapi::delay::msleep(ms);
         }
@@ -64,6 +69,11 @@ pub(crate) static DELAY_FREE_CALLBACK_MS: Knob = Knob::new();
 /// Delay in the teardown of a registration (its last reference dropped).
 pub(crate) static DELAY_TEARDOWN_MS: Knob = Knob::new();
 
+/// PFN-map source: delay in the walk of a range's page tables, every
+/// 4096 pages (`PEERMEM_PFN_WALK_BATCH`) (a long walk of a large ring, made
+/// long on purpose).
+pub(crate) static DELAY_PFN_WALK_MS: Knob = Knob::new();
+
 /// Calls `f` with the file name and the knob, for every knob.
 pub(crate) fn for_each(mut f: impl FnMut(&'static core::ffi::CStr, &'static Knob)) {
     f(c"inject_delay_acquire_ms", &DELAY_ACQUIRE_MS);
@@ -76,4 +86,5 @@ pub(crate) fn for_each(mut f: impl FnMut(&'static core::ffi::CStr, &'static Knob
     f(c"inject_delay_invalidate_ms", &DELAY_INVALIDATE_MS);
     f(c"inject_delay_free_callback_ms", &DELAY_FREE_CALLBACK_MS);
     f(c"inject_delay_teardown_ms", &DELAY_TEARDOWN_MS);
+    f(c"inject_delay_pfn_walk_ms", &DELAY_PFN_WALK_MS);
 }

@@ -10,18 +10,22 @@
 //! A PFN registration is a [`Registration`] like a GPU one (same phases,
 //! same address watch, same revocation through the core), with
 //! [`Source::Pfn`]: its "pin" is the list of physical runs read under the
-//! mmap lock, and nothing is given back at `put_pages`. No reference on
+//! mmap lock, and nothing is given back at `put_pages`. `acquire` (under
+//! the core's global client lock) only looks at the range's mappings and
+//! first page; `get_pages` (under the umem's own lock) walks every page
+//! ([`resolve`]). No reference on
 //! the memory is held, so the registration must never outlive what the
 //! address maps: its watch is a *blocking* one
 //! ([`AddressWatch::set_blocking`]), started before the PFNs are read and
 //! checked after (`mmu_interval_read_begin`/`retry`); any invalidation of
 //! the range (munmap, mremap, `MAP_FIXED`, the driver's
-//! `unmap_mapping_range`, mprotect, process exit) revokes the registration
-//! through the core before the kernel goes on changing the mapping.
+//! `unmap_mapping_range`, mprotect, process exit; not the soft-dirty reset,
+//! which changes nothing there) revokes the registration through the core
+//! before the kernel goes on changing the mapping.
 
-use super::range::{coalesce, count_segments, GpuRange, SegmentLimits};
+use super::range::{coalesce_extents, GpuRange, SegmentLimits};
 use super::registration::{self, install_pfn, Source};
-use super::stats::{Stats, STATS_PFN, STATS_PFN_BAR};
+use super::stats::{Stats, STATS_PFN, STATS_PFN_BAR, STATS_PFN_WALK};
 use super::{Kind, Registration};
 use crate::kapi::device::PciDev;
 use crate::kapi::mmu_notifier::AddressWatch;
@@ -44,10 +48,7 @@ pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> 
         return None;
     }
     let stats = &STATS_PFN;
-    let ps = pfnmap::PAGE_SIZE;
-    let start = range.addr() & !(ps - 1);
-    // No overflow: `GpuRange` guarantees that the 64 KiB-aligned end fits.
-    let end = (range.end() + ps - 1) & !(ps - 1);
+    let (start, end) = span(&range);
     let watch = match AddressWatch::new() {
         Ok(Some(w)) => w,
         Ok(None) => {
@@ -84,23 +85,20 @@ pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> 
         );
         return None;
     }
-    let decline = |reg: &Registration| {
-        reg.stop_watch();
-        stats.registrations_declined.inc();
-    };
-    let Some(seq) = w.read_begin() else {
-        decline(&reg);
-        return None;
-    };
-    let runs = match PfnRuns::resolve(start, end - start) {
-        Ok(runs) => runs,
+    // Only a look at the range here: `acquire` runs under the core's global
+    // client lock, so the walk of every page waits for `get_pages`, which
+    // runs under this umem's own lock (issue 21, finding 3).
+    match PfnRuns::probe(start, end - start) {
+        Ok(()) => {}
         Err(Unresolved::Refused(why, _at)) => {
-            decline(&reg);
+            reg.stop_watch();
+            stats.registrations_declined.inc();
             report_refusal(why);
             return None;
         }
         Err(Unresolved::Failed(e)) => {
-            decline(&reg);
+            reg.stop_watch();
+            stats.registrations_declined.inc();
             if e != EINTR {
                 stats.errors.inc();
                 pr_warn!(
@@ -112,19 +110,81 @@ pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> 
             }
             return None;
         }
+    }
+    stats.registrations_acquired.inc();
+    Some(reg)
+}
+
+/// The page-aligned span `[start, end)` of `range`.
+fn span(range: &GpuRange) -> (u64, u64) {
+    let ps = pfnmap::PAGE_SIZE;
+    // No overflow: `GpuRange` guarantees that the 64 KiB-aligned end fits.
+    (range.addr() & !(ps - 1), (range.end() + ps - 1) & !(ps - 1))
+}
+
+// The message of a range over the limit names it.
+const _: () = assert!(pfnmap::MAX_RUNS == 262_144);
+
+/// `get_pages` of a PFN registration `acquire` claimed: walks the range
+/// (every page's PFN, classified per physical run; yields between pages,
+/// stops for a fatal signal, at most [`pfnmap::MAX_RUNS`] runs) and
+/// stores the runs in `reg`, unless the range changed meanwhile. Runs
+/// under the umem's own lock, not the core's global one. `EFAULT`: not
+/// served (logged, counted declined) or changed meanwhile (retry);
+/// `ENOMEM` (also: too many runs, logged); `EINTR` (fatal signal).
+pub(super) fn resolve(reg: &Registration, range: &GpuRange) -> Result {
+    let stats = &STATS_PFN;
+    let walk_stats = &STATS_PFN_WALK;
+    let (start, end) = span(range);
+    let Some(w) = reg.watch() else {
+        return Err(EFAULT);
+    };
+    let Some(seq) = w.read_begin() else {
+        return Err(EFAULT);
+    };
+    let mut walk = pfnmap::new_walk(super::inject::DELAY_PFN_WALK_MS.ms());
+    walk_stats.walks_started.inc();
+    let resolved = PfnRuns::resolve(start, end - start, &mut walk);
+    walk_stats.walk_pages.add(walk.pages);
+    walk_stats.walk_resource_lookups.add(walk.lookups);
+    walk_stats.walks_ended.inc();
+    let runs = match resolved {
+        Ok(runs) => runs,
+        Err(Unresolved::Refused(why, _at)) => {
+            stats.registrations_declined.inc();
+            report_refusal(why);
+            return Err(EFAULT);
+        }
+        Err(Unresolved::Failed(e)) => {
+            if walk.killed {
+                walk_stats.walks_killed.inc();
+            } else if walk.over_limit {
+                walk_stats.walks_over_limit.inc();
+                stats.errors.inc();
+                warn_ratelimited(c"pfnmap: the range has more than 262144 physically contiguous pieces (its run list would pass 4 MiB); the registration fails with ENOMEM: register it in smaller parts, or map the memory in larger contiguous pieces");
+            } else if e != EINTR {
+                stats.errors.inc();
+                pr_warn!(
+                    "reading the PFNs of {:#x}+{:#x} failed ({}); the registration fails\n",
+                    start,
+                    end - start,
+                    e.to_errno()
+                );
+            }
+            return Err(e);
+        }
     };
     let bytes = runs.bytes();
-    if !install_pfn(&reg, runs, || w.read_retry(seq)) {
+    if !install_pfn(reg, runs, || w.read_retry(seq)) {
         // The range changed while it was read: what was read may be stale.
-        decline(&reg);
-        warn_ratelimited(c"a PFN-mapped range changed while it was being registered; the registration fails (retry it)");
-        return None;
+        warn_ratelimited(c"a PFN-mapped range changed while it was being registered; the registration fails with EFAULT (retry it)");
+        return Err(EFAULT);
     }
+    let ps = pfnmap::PAGE_SIZE;
     stats.page_tables_pinned.inc();
     stats.pages_pinned.add(bytes / ps);
     stats.bytes_pinned.add(bytes);
-    stats.registrations_acquired.inc();
-    Some(reg)
+    Ok(())
 }
 
 /// Logs why a PFN-mapped range is refused (rate-limited); silent for a
@@ -188,12 +248,17 @@ pub(super) fn dma_map(
             STATS_PFN_BAR.bar_maps_host_bridge.inc();
         }
     }
+    // Per run, not per page: a range of one run may be a TiB.
     let fill = |m: &PfnMapping| -> Result<SgTable> {
-        let n = count_segments(m.page_addrs(), &limits)?;
-        let n = u32::try_from(n).map_err(|_| EINVAL)?;
+        let mut n = 0u32;
+        for seg in coalesce_extents(m.extents(), limits) {
+            seg.ok_or(EINVAL)?;
+            n = n.checked_add(1).ok_or(EINVAL)?;
+        }
         let mut sgt = SgTable::new(n)?;
         let mut cur = sgt.cursor();
-        for seg in coalesce(m.page_addrs(), limits) {
+        for seg in coalesce_extents(m.extents(), limits) {
+            let seg = seg.ok_or(EINVAL)?;
             cur.set_dma(seg.addr, seg.len)?;
         }
         Ok(sgt)

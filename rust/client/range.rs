@@ -292,6 +292,127 @@ impl<I: Iterator<Item = u64>> Iterator for Coalesce<I> {
     }
 }
 
+/// The segments for `extents` (bus address and length of contiguous
+/// pieces, each a whole number of pages, in order): exactly what
+/// [`coalesce`] makes of their pages, in time linear in extents and
+/// segments rather than pages (a PFN range of one run may be a TiB).
+/// `None` if an extent is not page aligned or runs past the top of the
+/// address space.
+pub(crate) fn coalesce_extents<I: Iterator<Item = (u64, u64)>>(
+    extents: I,
+    limits: SegmentLimits,
+) -> CoalesceExtents<I> {
+    CoalesceExtents {
+        extents,
+        limits,
+        pending: None,
+        bad: Bad::No,
+    }
+}
+
+/// Iterator returned by [`coalesce_extents`].
+pub(crate) struct CoalesceExtents<I> {
+    extents: I,
+    limits: SegmentLimits,
+    /// The part of an extent not in a segment yet.
+    pending: Option<(u64, u64)>,
+    /// An invalid extent was met: `None` is yielded next (once), then the
+    /// iteration ends.
+    bad: Bad,
+}
+
+/// Whether [`CoalesceExtents`] met an invalid extent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bad {
+    No,
+    /// Met while extending a segment: say so after that segment.
+    ToReport,
+    Reported,
+}
+
+impl<I: Iterator<Item = (u64, u64)>> CoalesceExtents<I> {
+    /// The next extent of non-zero length, or `Some(None)` for an invalid one.
+    fn next_extent(&mut self) -> Option<Option<(u64, u64)>> {
+        if let Some(e) = self.pending.take() {
+            return Some(Some(e));
+        }
+        loop {
+            let (addr, len) = self.extents.next()?;
+            if len == 0 {
+                continue;
+            }
+            let ps = self.limits.page_size;
+            if addr & (ps - 1) != 0 || len & (ps - 1) != 0 || addr.checked_add(len - 1).is_none() {
+                return Some(None);
+            }
+            return Some(Some((addr, len)));
+        }
+    }
+
+    /// The bytes a segment starting at `start` may hold (length and boundary).
+    fn room(&self, start: u64) -> u64 {
+        // The next multiple of `boundary_mask + 1` above `start`; none
+        // (`checked_add` fails) in the top block or without a boundary.
+        let to_boundary = (start | self.limits.boundary_mask)
+            .checked_add(1)
+            .map_or(u64::MAX, |b| b - start);
+        self.limits.max_len.min(to_boundary)
+    }
+}
+
+impl<I: Iterator<Item = (u64, u64)>> Iterator for CoalesceExtents<I> {
+    type Item = Option<Segment>;
+
+    fn next(&mut self) -> Option<Option<Segment>> {
+        match self.bad {
+            Bad::No => {}
+            Bad::ToReport => {
+                self.bad = Bad::Reported;
+                return Some(None);
+            }
+            Bad::Reported => return None,
+        }
+        let Some((mut addr, mut left)) = self.next_extent()? else {
+            self.bad = Bad::Reported;
+            return Some(None);
+        };
+        let start = addr;
+        let room = self.room(start);
+        let mut len = 0u64;
+        loop {
+            let take = left.min(room - len);
+            len += take;
+            // Used only while `left != 0`: no wrap then.
+            addr = addr.wrapping_add(take);
+            left -= take;
+            if left != 0 {
+                self.pending = Some((addr, left));
+                break;
+            }
+            match self.next_extent() {
+                None => break,
+                Some(None) => {
+                    self.bad = Bad::ToReport;
+                    break;
+                }
+                Some(Some((a, l))) if start.checked_add(len) == Some(a) && len < room => {
+                    addr = a;
+                    left = l;
+                }
+                Some(Some(e)) => {
+                    self.pending = Some(e);
+                    break;
+                }
+            }
+        }
+        // `len <= max_len <= u32::MAX` (type invariant of `SegmentLimits`).
+        Some(Some(Segment {
+            addr: start,
+            len: len as u32,
+        }))
+    }
+}
+
 #[cfg(peermem_kunit)]
 #[::kernel::macros::kunit_tests(peermem_range)]
 mod tests {
@@ -821,6 +942,80 @@ mod tests {
         );
         // Unchecked bad pages still do not panic and are never merged.
         assert_eq!(coalesce([u64::MAX, 0].into_iter(), l).count(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn coalesce_extents_is_coalesce_of_the_pages() -> Result {
+        // Pseudo-random extents (fixed LCG seed) of 1..40 pages, about half
+        // of them contiguous with the one before: the segments must be
+        // exactly those of the per-page coalescing, for several limits.
+        fn extent(i: u64) -> (u64, u64) {
+            let mut x = 0x9e37_79b9u64;
+            let mut addr = 0x10_0000_0000u64 - 7 * P;
+            let mut len = P;
+            let mut k = 0;
+            while k <= i {
+                addr += len;
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                if (x >> 63) == 1 {
+                    addr += ((x >> 50) & 0x7) * P + P;
+                }
+                len = ((x >> 40) % 40 + 1) * P;
+                k += 1;
+            }
+            (addr, len)
+        }
+        let n = 200u64;
+        let pages = || {
+            (0..n).flat_map(move |i| {
+                let (a, l) = extent(i);
+                (0..l / P).map(move |j| a + j * P)
+            })
+        };
+        for l in [
+            limits(u32::MAX, u64::MAX)?,
+            limits(0x80000, 0xff_ffff)?,
+            limits(0x10000, u64::MAX)?,
+            limits(0x40000, 0x3_ffff)?,
+        ] {
+            let mut a = coalesce(pages(), l);
+            let mut b = coalesce_extents((0..n).map(extent), l);
+            let mut count = 0;
+            loop {
+                match (a.next(), b.next()) {
+                    (None, None) => break,
+                    (Some(x), Some(Some(y))) => assert_eq!(x, y),
+                    _ => panic!("the two coalescings differ in length"),
+                }
+                count += 1;
+            }
+            assert!(count > 10);
+        }
+        // A TiB in one extent: 2^40 / 2 GiB segments, without a page loop.
+        let l = SegmentLimits::new(4096, 0x8000_0000, u64::MAX)?;
+        assert_eq!(
+            coalesce_extents([(1u64 << 40, 1u64 << 40)].into_iter(), l).count(),
+            512
+        );
+        // Bad extents end the iteration with `None`.
+        let l = limits(u32::MAX, u64::MAX)?;
+        let mut it = coalesce_extents([(0x10000u64, P), (0x20001, P)].into_iter(), l);
+        assert_eq!(
+            it.next(),
+            Some(Some(Segment {
+                addr: 0x10000,
+                len: P as u32
+            }))
+        );
+        assert_eq!(it.next(), Some(None));
+        assert_eq!(it.next(), None);
+        assert_eq!(
+            coalesce_extents([(u64::MAX - P + 1, 2 * P)].into_iter(), l).next(),
+            Some(None)
+        );
         Ok(())
     }
 }

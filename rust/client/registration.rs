@@ -50,7 +50,8 @@ enum Mapped {
 
 /// Where a registration is in its life (see the module documentation).
 enum Phase {
-    /// Being built by `acquire` (not pinned yet), or its pin failed.
+    /// Being built by `acquire` (not pinned yet), or its pin failed; PFN
+    /// source: until `get_pages` read the runs.
     New,
     /// The GPU pages are pinned (PFN source: the runs are resolved).
     Pinned(Pages),
@@ -354,6 +355,11 @@ pub(crate) fn get_pages(
             reg.range.len()
         );
         return Err(EINVAL);
+    }
+    // PFN source: `acquire` only looked at the range; its walk is here,
+    // under the umem's own lock rather than the core's global one.
+    if reg.source == Source::Pfn && reg.pfn_unresolved() {
+        super::pfnmap::resolve(reg, &reg.range)?;
     }
     let mut g = reg.inner.lock();
     if g.revoked {
@@ -719,8 +725,9 @@ pub(crate) fn address_changed(reg: Arc<Registration>) {
             return;
         }
         match g.phase {
-            // `acquire` is pinning with the lock dropped: it finds the mark
-            // when it takes the lock and declines the range.
+            // `acquire` is pinning with the lock dropped (PFN source:
+            // `get_pages` is reading the runs): it finds the mark when it
+            // takes the lock and declines the range (fails).
             Phase::New => {
                 g.revoked = true;
                 drop(g);
@@ -785,6 +792,13 @@ impl Registration {
             Source::Gpu => self.kind.stats(),
             Source::Pfn => &STATS_PFN,
         }
+    }
+
+    /// Whether `get_pages` still has to read this PFN registration's runs
+    /// (`New`, and not revoked: then it fails without reading them).
+    fn pfn_unresolved(&self) -> bool {
+        let g = self.inner.lock();
+        !g.revoked && matches!(g.phase, Phase::New)
     }
 
     /// The address watch (started by `acquire`).
@@ -913,7 +927,7 @@ impl Registration {
     }
 }
 
-/// PFN source (`super::pfnmap::acquire`): stores the runs it resolved in
+/// PFN source (`super::pfnmap::resolve`, from `get_pages`): stores the runs it resolved in
 /// `reg` (`New` → `Pinned`) unless the range changed meanwhile: `stale()`
 /// (the watch's `mmu_interval_read_retry`) is checked under the lock the
 /// address-change path takes, as is `revoked`. `false`: not stored, the

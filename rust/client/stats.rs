@@ -159,6 +159,27 @@ define_stats! {
     }
 }
 
+define_stats! {
+    /// The PFN-map source's walks of a range's page tables
+    /// (`/sys/kernel/debug/peermem/pfn/`, next to its [`Stats`]); the field
+    /// names are the debugfs file names.
+    WalkStats {
+    /// Walks begun (one per PFN-mapped range looked at). Running: started - ended.
+    walks_started,
+    /// Walks ended, however.
+    walks_ended,
+    /// Pages read (`follow_pfnmap_start/end`), by all walks.
+    walk_pages,
+    /// Lookups in the firmware's resource map (`/proc/iomem`), by all walks.
+    walk_resource_lookups,
+    /// Walks stopped because their process got a fatal signal.
+    walks_killed,
+    /// Walks refused because the range has more physical runs than the
+    /// limit (docs/module.md, "PFN-mapped memory", Limits).
+    walks_over_limit,
+    }
+}
+
 /// The version and flags of the last page table pinned (either client),
 /// shown in hex in `/sys/kernel/debug/peermem/last_pin_version` and
 /// `last_pin_flags`: which layout the GPU driver hands out (0x00010002:
@@ -211,6 +232,9 @@ pub(crate) static STATS_PFN: Stats = Stats::new();
 
 /// The PFN-map source's PCI BAR counters, in `/sys/kernel/debug/peermem/pfn/`.
 pub(crate) static STATS_PFN_BAR: BarStats = BarStats::new();
+
+/// The PFN-map source's walk counters, in `/sys/kernel/debug/peermem/pfn/`.
+pub(crate) static STATS_PFN_WALK: WalkStats = WalkStats::new();
 
 #[cfg(peermem_kunit)]
 #[::kernel::macros::kunit_tests(peermem_stats)]

@@ -95,6 +95,28 @@ pub(crate) enum Unresolved {
 /// One run of physically contiguous memory (page aligned).
 pub(crate) type Run = raw::peermem_pfn_run;
 
+/// What one [`PfnRuns::resolve`] did (pages read, lookups in the firmware's
+/// resource map, stopped for a fatal signal or over the run limit), and
+/// its test knob (`delay_ms`: sleep that long every
+/// `PEERMEM_PFN_WALK_BATCH` pages, 16 MiB).
+pub(crate) type Walk = raw::peermem_pfn_walk;
+
+/// The most runs one range may have (an array of 4 MiB; docs/module.md,
+/// "PFN-mapped memory", Limits).
+pub(crate) const MAX_RUNS: u32 = raw::PEERMEM_PFN_MAX_RUNS;
+
+/// A [`Walk`] with the delay knob at `delay_ms` and nothing done yet.
+pub(crate) fn new_walk(delay_ms: u32) -> Walk {
+    Walk {
+        delay_ms,
+        probe: false,
+        pages: 0,
+        lookups: 0,
+        killed: false,
+        over_limit: false,
+    }
+}
+
 /// The PCI device and memory BAR a range's runs lie in.
 ///
 /// # Invariants
@@ -139,15 +161,21 @@ impl PfnRuns {
     /// does not manage or (unless `pfnmap_ram_only`) of one PCI device's
     /// memory BAR. What it returns is valid only as long as nothing
     /// invalidated the range since (the caller's watch says).
-    pub(crate) fn resolve(start: u64, len: u64) -> core::result::Result<Self, Unresolved> {
+    /// `walk` gets what the walk did.
+    pub(crate) fn resolve(
+        start: u64,
+        len: u64,
+        walk: &mut Walk,
+    ) -> core::result::Result<Self, Unresolved> {
         let mut runs: *mut Run = core::ptr::null_mut();
         let mut dev: *mut kernel::bindings::pci_dev = core::ptr::null_mut();
         let (mut n, mut writable, mut why, mut at, mut index) = (0u32, false, 0u32, 0u64, 0i32);
-        // SAFETY: every out-pointer is a local.
+        // SAFETY: every out-pointer is a local or `walk`.
         let ret = unsafe {
             raw::peermem_pfn_resolve(
                 start,
                 len,
+                walk,
                 &mut runs,
                 &mut n,
                 &mut writable,
@@ -175,6 +203,15 @@ impl PfnRuns {
             }),
             _ => Err(Unresolved::Failed(code::EINVAL)),
         }
+    }
+
+    /// The checks of [`PfnRuns::resolve`] on every mapping of the range,
+    /// but on its first page only (cheap whatever the range's length):
+    /// `Ok` if the range looks like this source's memory.
+    pub(crate) fn probe(start: u64, len: u64) -> core::result::Result<(), Unresolved> {
+        let mut walk = new_walk(0);
+        walk.probe = true;
+        Self::resolve(start, len, &mut walk).map(drop)
     }
 
     /// Whether the runs are a PCI device's BAR (not RAM).
@@ -277,14 +314,12 @@ unsafe impl Send for PfnMapping {}
 unsafe impl Sync for PfnMapping {}
 
 impl PfnMapping {
-    /// The bus address of every page (of [`PAGE_SIZE`]), in order.
-    pub(crate) fn page_addrs(&self) -> impl Iterator<Item = u64> + '_ {
+    /// The bus address and length of every run, in order.
+    pub(crate) fn extents(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         let runs = self.runs.runs();
         // SAFETY: one address per run (type invariant), alive with `self`.
         let dma = unsafe { core::slice::from_raw_parts(self.dma.as_ptr(), runs.len()) };
-        runs.iter()
-            .zip(dma.iter())
-            .flat_map(|(r, &d)| (0..r.len / PAGE_SIZE).map(move |i| d + i * PAGE_SIZE))
+        runs.iter().zip(dma.iter()).map(|(r, &d)| (d, r.len))
     }
 
     /// Whether the device reaches the memory by the BAR's bus addresses

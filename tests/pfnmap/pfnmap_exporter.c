@@ -32,7 +32,9 @@
 
 #include "pfnmap_uapi.h"
 
-#define PFNMAP_MAX_LEN (64ULL << 20)
+/* A buffer (pfnmap_uapi.h); one copy (READ/WRITE) or window at most PFNMAP_IO_MAX. */
+#define PFNMAP_MAX_LEN (1ULL << 30)
+#define PFNMAP_IO_MAX (64ULL << 20)
 /* 4 MiB pieces: the largest order the buddy allocator hands out on x86-64. */
 #define PFNMAP_CHUNK_ORDER min(MAX_PAGE_ORDER, 10)
 #define PFNMAP_CHUNK_BYTES (PAGE_SIZE << PFNMAP_CHUNK_ORDER)
@@ -125,6 +127,46 @@ static void pfnmap_zap(void)
 	pfnmap_zaps++;
 }
 
+/* PFNMAP_REPEAT_OFFSET, PFNMAP_SCATTER_OFFSET (pfnmap_uapi.h); under pfnmap_lock. */
+static int pfnmap_mmap_alias(struct vm_area_struct *vma, bool scatter)
+{
+	unsigned long addr = vma->vm_start, end = vma->vm_end;
+	struct pfnmap_buf *b = pfnmap_cur;
+	int ret = 0;
+
+	if (!b || end - addr > PFNMAP_ALIAS_MAX || !(vma->vm_flags & VM_SHARED) ||
+	    (scatter && b->len < 3 * PAGE_SIZE))
+		return -EINVAL;
+	if (scatter) {
+		unsigned long pfn = page_to_pfn(b->chunks[0].page), i;
+
+		/* Same chunk: pages 0 and 2 of the buffer are pfn and pfn + 2. */
+		if (b->chunks[0].order < 2)
+			return -EINVAL;
+		for (i = 0; addr < end && !ret; i++, addr += PAGE_SIZE) {
+			ret = remap_pfn_range(vma, addr, pfn + 2 * (i % 2), PAGE_SIZE,
+					      vma->vm_page_prot);
+			if (!(i % 4096))
+				cond_resched();
+		}
+		return ret;
+	}
+	while (addr < end && !ret) {
+		u32 i;
+
+		for (i = 0; i < b->nchunks && addr < end && !ret; i++) {
+			unsigned long n = min_t(unsigned long, PAGE_SIZE << b->chunks[i].order,
+						end - addr);
+
+			ret = remap_pfn_range(vma, addr, page_to_pfn(b->chunks[i].page), n,
+					      vma->vm_page_prot);
+			addr += n;
+		}
+		cond_resched();
+	}
+	return ret;
+}
+
 static int pfnmap_mmap(struct file *file, struct vm_area_struct *vma)
 {
 	unsigned long len = vma->vm_end - vma->vm_start, addr = vma->vm_start;
@@ -139,6 +181,13 @@ static int pfnmap_mmap(struct file *file, struct vm_area_struct *vma)
 		else
 			ret = io_remap_pfn_range(vma, addr, PHYS_PFN(pfnmap_win.phys), len,
 						 pgprot_noncached(vma->vm_page_prot));
+		mutex_unlock(&pfnmap_lock);
+		return ret;
+	}
+	if (vma->vm_pgoff == PFNMAP_REPEAT_OFFSET >> PAGE_SHIFT ||
+	    vma->vm_pgoff == PFNMAP_SCATTER_OFFSET >> PAGE_SHIFT) {
+		mutex_lock(&pfnmap_lock);
+		ret = pfnmap_mmap_alias(vma, vma->vm_pgoff == PFNMAP_SCATTER_OFFSET >> PAGE_SHIFT);
 		mutex_unlock(&pfnmap_lock);
 		return ret;
 	}
@@ -186,7 +235,7 @@ static long pfnmap_rw(struct pfnmap_rw __user *argp, bool write)
 
 	if (copy_from_user(&a, argp, sizeof(a)))
 		return -EFAULT;
-	if (!a.len || a.len > PFNMAP_MAX_LEN)
+	if (!a.len || a.len > PFNMAP_IO_MAX)
 		return -EINVAL;
 	bounce = kvmalloc(a.len, GFP_KERNEL);
 	if (!bounce)
@@ -304,7 +353,7 @@ static long pfnmap_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 			return -EPERM;
 		if (copy_from_user(&win, argp, sizeof(win)))
 			return -EFAULT;
-		if (!win.len || win.len > PFNMAP_MAX_LEN || !PAGE_ALIGNED(win.len) ||
+		if (!win.len || win.len > PFNMAP_IO_MAX || !PAGE_ALIGNED(win.len) ||
 		    !PAGE_ALIGNED(win.phys) || win.phys + win.len < win.phys)
 			return -EINVAL;
 		mutex_lock(&pfnmap_lock);

@@ -27,12 +27,12 @@
 #define PFNMAP_RESERVED 0x1
 
 struct pfnmap_alloc {
-	__u64 len;	/* in: bytes, a multiple of 4 KiB, at most 64 MiB */
+	__u64 len;	/* in: bytes, a multiple of 4 KiB, at most 1 GiB */
 	__u32 flags;	/* in: PFNMAP_RESERVED */
 	__u32 chunks;	/* out: physically contiguous pieces (4 MiB each at most) */
 };
 
-/* Copy between the exporter's CPU view of a buffer and user memory. */
+/* Copy between the exporter's CPU view of a buffer and user memory (64 MiB at most). */
 struct pfnmap_rw {
 	__u64 off;	/* byte offset in the buffer */
 	__u64 len;
@@ -61,6 +61,20 @@ struct pfnmap_window {
 	__u64 len;	/* a multiple of 4 KiB, at most 64 MiB */
 };
 #define PFNMAP_WINDOW_OFFSET (1ULL << 32)
+
+/*
+ * Aliases of the current buffer, for tests of large ranges with little
+ * memory (a 2 GiB rig guest has no 1 GiB ring to spare): mmap() at
+ * PFNMAP_REPEAT_OFFSET maps the buffer over and over (the mapping's length
+ * a multiple of 4 KiB, at most PFNMAP_ALIAS_MAX): one physical run per
+ * contiguous piece of each repetition. At PFNMAP_SCATTER_OFFSET, page i of
+ * the mapping is the buffer's page 2 * (i % 2) (the buffer must have 3
+ * pages): no two neighbouring pages physically contiguous, one run per
+ * page. Shared mappings only.
+ */
+#define PFNMAP_REPEAT_OFFSET (2ULL << 32)
+#define PFNMAP_SCATTER_OFFSET (3ULL << 32)
+#define PFNMAP_ALIAS_MAX (4ULL << 30)
 
 /* Allocate the buffer (EBUSY if one exists: free it first). */
 #define PFNMAP_IOC_ALLOC	_IOWR('P', 1, struct pfnmap_alloc)

@@ -18,6 +18,8 @@
  *    read-only one works; a copy-on-write (private, writable) mapping,
  *    ordinary kernel pages (not reserved) and device memory that is no
  *    PCI BAR (the legacy VGA window) are refused (PCI BARs: t_peermem_p2p);
+ *  - clear_refs (the soft-dirty reset invalidates the whole address space)
+ *    changes nothing a PFN mapping maps: no revocation, no event;
  *  - each revocation is reported on /dev/peermem (revocation events) with
  *    its range and cause: driver (zap, realloc), unmap, protect; the
  *    child's at its exit goes to no one;
@@ -312,6 +314,48 @@ static void test_mprotect(void)
 	munmap(p, LEN);
 }
 
+/*
+ * What changes nothing a PFN mapping maps does not revoke (issue 21,
+ * finding 8): /proc/self/clear_refs, every kind, among them the soft-dirty
+ * reset (4), which invalidates the whole address space with
+ * MMU_NOTIFY_SOFT_DIRTY but skips VM_PFNMAP mappings, their entries and
+ * protections untouched (before the fix: revoked and reported as cause
+ * driver). The MR stays, works, and nothing is reported.
+ */
+static void test_clear_refs(void)
+{
+	static const char *const kinds[] = { "1", "2", "3", "4", "5" };
+	struct snap s0, s1;
+	struct ibv_mr *mr;
+	unsigned int i, written = 0;
+	uint8_t *p;
+	int rc;
+
+	fill(cpu2, LEN, 0x6868);
+	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
+		bail("cannot write through the exporter's CPU view");
+	p = map_rw();
+	mr = reg(p, LEN, MR_ACCESS);
+	take(&s0);
+	for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		written += write_str("/proc/self/clear_refs", kinds[i]) == 0;
+	take(&s1);
+	ok(written == 5 && s1.inv == s0.inv && s1.chg == s0.chg &&
+	   s1.ps.invalidated_mrs == s0.ps.invalidated_mrs,
+	   "clear_refs 1-5 (4: the soft-dirty reset, an invalidation of the whole address space) do not revoke the PFN MR (%u of 5 written; invalidations_mmu_notifier %+lld, address_changes %+lld, core invalidated %+lld)",
+	   written, s1.inv - s0.inv, s1.chg - s0.chg,
+	   s1.ps.invalidated_mrs - s0.ps.invalidated_mrs);
+	ok(event_is("clear_refs", NULL, 0, 0), "clear_refs: nothing reported on /dev/peermem");
+	fill(h, 4096, 0x6969);
+	rc = rdma(IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)p + 4096, mr->rkey);
+	memcpy(cpu2 + 4096, h, 4096);
+	ok(rc == 0 && cpu_view_is(0, 0, cpu2, LEN),
+	   "clear_refs: the MR still works: RDMA WRITE lands in the exporter's buffer (status %d)", rc);
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && pm_balanced(),
+	   "clear_refs: ibv_dereg_mr; pfn counters idle, the core's balance");
+	munmap(p, LEN);
+}
+
 /* A child registers the PFN mapping and exits holding the MR. */
 static void test_exit(void)
 {
@@ -571,6 +615,7 @@ int main(void)
 	test_driver_change(1);
 	test_munmap();
 	test_mprotect();
+	test_clear_refs();
 	test_exit();
 	test_reap();
 	ok(event_is("exit", NULL, 0, 0),
