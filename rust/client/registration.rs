@@ -602,6 +602,8 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
             // Never live on memory being freed: undone under the lock
             // (`nvidia_p2p_dma_unmap_pages` takes no RM lock).
             warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
+            // Counted as made, so that the unmap balances it.
+            stats.dma_maps.inc();
             Err((unmap_locked(stats, mapped), EFAULT))
         }
         other => other,

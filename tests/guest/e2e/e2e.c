@@ -248,16 +248,16 @@ static long long dmesg_count(const char *re)
 /* ---- modules */
 
 /*
- * gpusim's RM lock for this run: $GPUSIM_RM_LOCK (0 or 1). Off by default
- * here: with it, lockdep reports a cycle for every invalidating client
- * through the core (the umem mapping lock is held across get_pages and
- * dma_map and taken by invalidate from the free callback, which runs under
- * the RM lock), nvidia-peermem included (docs/module.md, "Locking";
- * docs/gpusim.md, "The resource manager's lock").
+ * gpusim's RM lock for this run: $GPUSIM_RM_LOCK (0 or 1), on by default
+ * as NVIDIA's driver holds RM's locks (docs/gpusim.md, "The resource
+ * manager's lock"). nvidia-peermem's invalidating client is in a cycle
+ * with it through the core's umem mapping lock (its free callback calls
+ * the core's invalidate under RM); peermem's is not (docs/module.md,
+ * "Locking").
  */
 static void gs_set_rm_lock(void)
 {
-	const char *v = getenv("GPUSIM_RM_LOCK") ?: "0";
+	const char *v = getenv("GPUSIM_RM_LOCK") ?: "1";
 	FILE *f = fopen(GSDBG "rm_lock", "w");
 
 	if (!f || fputs(v, f) < 0 || fclose(f))
