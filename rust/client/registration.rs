@@ -329,6 +329,9 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     // the watch pin (so a free from here on calls the watch's callback),
     // still outside every lock of peermem and of the core's umem
     // (`acquire` runs under the core's client list mutex only).
+    // EINVAL: the address no longer resolves, the memory is being freed
+    // (its callback comes, or came): declined below.
+    let mut keeper_gone = false;
     let keeper = if persistent {
         None
     } else {
@@ -340,6 +343,10 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
             Ok(k) => {
                 stats.keeper_pins.inc();
                 Some(k)
+            }
+            Err(e) if e == EINVAL => {
+                keeper_gone = true;
+                None
             }
             Err(e) => {
                 stats.keeper_pins_refused.inc();
@@ -406,6 +413,18 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         stats.registrations_stale.inc();
         stats.registrations_acquired.inc();
         return Some(reg);
+    }
+    if keeper_gone {
+        // The memory went between the two pins; the watch pin (now the
+        // phase's) is put back as `put_pages` does, racing its callback.
+        drop(g);
+        reg.stop_watch();
+        reg.unpin();
+        stats.registrations_declined.inc();
+        warn_ratelimited(
+            c"the GPU memory was freed while it was being registered; declining the range",
+        );
+        return None;
     }
     if let Err(why) = checked {
         stats.errors.inc();

@@ -248,16 +248,34 @@ static long long dmesg_count(const char *re)
 /* ---- modules */
 
 /*
- * gpusim's RM lock for this run: $GPUSIM_RM_LOCK (0 or 1), on by default
- * as NVIDIA's driver holds RM's locks (docs/gpusim.md, "The resource
- * manager's lock"). nvidia-peermem's invalidating client is in a cycle
- * with it through the core's umem mapping lock (its free callback calls
- * the core's invalidate under RM); peermem's is not (docs/module.md,
- * "Locking").
+ * gpusim's RM lock for this run: $GPUSIM_RM_LOCK (0 or 1). Unset: on, as
+ * NVIDIA's driver holds RM's locks (docs/gpusim.md, "The resource
+ * manager's lock"), except for the clients whose free callback is in a
+ * cycle with it, each with its cause: nvidia-peermem's invalidating
+ * client calls the core's invalidate (which takes the umem's mapping
+ * lock, held across dma_map and so across nvidia_p2p_dma_map_pages) from
+ * its free callback under RM; the reference client holds its context
+ * lock across get_pages and takes it in its callback. Lockdep reports
+ * those cycles, which would fail every run of theirs for a defect that
+ * is theirs (docs/testing.md). peermem's clients are in no cycle
+ * (docs/module.md, "Locking").
  */
+static const char *rm_lock_default(void)
+{
+	if (!strcmp(C->label, "refclient")) {
+		diag("gpusim rm_lock=0 for the reference client: its context lock, held across get_pages and taken in its free callback, is in a cycle with RM's lock");
+		return "0";
+	}
+	if (!strncmp(C->label, "nvpeermem", 9) && !C->persistent) {
+		diag("gpusim rm_lock=0 for nvidia-peermem's invalidating client: its free callback calls the core's invalidate under RM's lock, a cycle with the core's umem mapping lock held across nvidia_p2p_dma_map_pages (docs/module.md, Locking)");
+		return "0";
+	}
+	return "1";
+}
+
 static void gs_set_rm_lock(void)
 {
-	const char *v = getenv("GPUSIM_RM_LOCK") ?: "1";
+	const char *v = getenv("GPUSIM_RM_LOCK") ?: rm_lock_default();
 	FILE *f = fopen(GSDBG "rm_lock", "w");
 
 	if (!f || fputs(v, f) < 0 || fclose(f))

@@ -161,8 +161,11 @@ static void run_client(int nc, double budget)
 		struct cell cl = { 0 };
 		double end = now_s() + budget / NPHASES;
 
-		while (now_s() < end || cl.rounds < min_rounds)
+		while (now_s() < end || cl.rounds < min_rounds) {
 			round_of(p, nc, &cl);
+			if (cl.rounds % 25 == 0)
+				diag("%s, free %s: %d rounds so far", who, p->name, cl.rounds);
+		}
 		total += cl.rounds;
 		diag("%s, free %s: %d rounds; registrations %d ok, %d EFAULT, %d EINVAL (refused map)",
 		     who, p->name, cl.rounds, cl.reg_ok, cl.reg_efault, cl.reg_einval);
