@@ -34,17 +34,18 @@ struct phase {
 	const char *gs_delay;	/* gpusim delay_us, or NULL */
 	int dereg;		/* free races the deregistration, not the registration */
 	int after;		/* free after the registration returned */
-	unsigned int window_us;	/* the free starts at a random time in [0, window) */
+	unsigned int window_us;	/* the free starts at a random time in [0, window) ... */
+	const char *mark;	/* ... after this counter moved (gpusim's if "gs:..."), or NULL */
 };
 
 static const struct phase phases[] = {
-	{ "inside acquire's pins (gpusim delay_us)", NULL, "20000", 0, 0, 60000 },
-	{ "in acquire after its pins", PMDBG "inject_delay_acquire_ms", NULL, 0, 0, 30000 },
-	{ "inside get_pages", PMDBG "inject_delay_get_pages_ms", NULL, 0, 0, 30000 },
-	{ "inside dma_map, before the map", PMDBG "inject_delay_dma_map_ms", NULL, 0, 0, 30000 },
-	{ "while mapped (MR live)", NULL, NULL, 0, 1, 2000 },
-	{ "during put_pages (deregistration)", PMDBG "inject_delay_unpin_ms", NULL, 1, 0, 30000 },
-	{ "during release (deregistration)", PMDBG "inject_delay_release_ms", NULL, 1, 0, 30000 },
+	{ "inside acquire's pins (gpusim delay_us)", NULL, "20000", 0, 0, 40000, "gs:calls/get_pages" },
+	{ "in acquire after its pins", PMDBG "inject_delay_acquire_ms", NULL, 0, 0, 20000, "page_tables_pinned" },
+	{ "inside get_pages", PMDBG "inject_delay_get_pages_ms", NULL, 0, 0, 20000, "registrations_acquired" },
+	{ "inside dma_map (before the map, then inside it: gpusim delay_us)", PMDBG "inject_delay_dma_map_ms", "5000", 0, 0, 30000, "registrations_acquired" },
+	{ "while mapped (MR live)", NULL, NULL, 0, 1, 2000, NULL },
+	{ "during put_pages (deregistration)", PMDBG "inject_delay_unpin_ms", NULL, 1, 0, 20000, NULL },
+	{ "during release (deregistration)", PMDBG "inject_delay_release_ms", NULL, 1, 0, 20000, NULL },
 };
 #define NPHASES (sizeof(phases) / sizeof(phases[0]))
 
@@ -54,8 +55,37 @@ static uint8_t *h;
 static int fd;
 
 struct cell {
-	int rounds, reg_ok, reg_efault, reg_einval, bad;
+	int rounds, reg_ok, reg_efault, reg_einval, bad, in_phase;
 };
+
+/* The counter a phase's free waits for: peermem's MR client's, or gpusim's. */
+static const char *mark_dir;
+
+static long long mark_value(const char *mark)
+{
+	return strncmp(mark, "gs:", 3) ? pmc(mark_dir, mark) : gs(mark + 3);
+}
+
+struct racer {
+	struct race r;
+	const char *mark;
+	long long mark0;
+	int marked;
+};
+
+/* Frees x.r.g once the phase began (its mark moved), after x.r.free_after. */
+static void *race_free_marked(void *arg)
+{
+	struct racer *x = arg;
+	double end = now_s() + 5;
+
+	if (x->mark) {
+		while (mark_value(x->mark) == x->mark0 && now_s() < end)
+			usleep(500);
+		x->marked = mark_value(x->mark) != x->mark0;
+	}
+	return race_free(&x->r);
+}
 
 static void set_phase(const struct phase *p, int on)
 {
@@ -68,27 +98,32 @@ static void set_phase(const struct phase *p, int on)
 /* One round of phase p; nc: the MR client is nv_mem_nc (enable_invalidate=0). */
 static void round_of(const struct phase *p, int nc, struct cell *cl)
 {
-	struct race r = { .fd = fd };
+	struct racer x = { .r = { .fd = fd }, .mark = p->mark };
 	struct ibv_mr *mr = NULL;
 	pthread_t t;
 	int err = 0;
 
-	if (gmem_alloc(fd, LEN, &r.g))
+	if (gmem_alloc(fd, LEN, &x.r.g))
 		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
-	r.free_after = (useconds_t)(random() % p->window_us);
+	x.r.free_after = (useconds_t)(random() % p->window_us);
 	cl->rounds++;
+	/* nv_mem_nc pins with nvidia_p2p_get_pages_persistent only. */
+	if (nc && x.mark && !strcmp(x.mark, "gs:calls/get_pages"))
+		x.mark = "gs:calls/get_pages_persistent";
+	if (x.mark)
+		x.mark0 = mark_value(x.mark);
 	if (p->dereg) {
-		mr = ibv_reg_mr(c.pd, r.g.p, LEN, MR_ACCESS);
+		mr = ibv_reg_mr(c.pd, x.r.g.p, LEN, MR_ACCESS);
 		if (!mr) {
 			diag("%s: ibv_reg_mr before the race failed: %s", p->name, strerror(errno));
 			cl->bad++;
-			gmem_free(fd, &r.g);
-			gmem_drop(&r.g);
+			gmem_free(fd, &x.r.g);
+			gmem_drop(&x.r.g);
 			return;
 		}
 		cl->reg_ok++;
 		set_phase(p, 1);
-		pthread_create(&t, NULL, race_free, &r);
+		pthread_create(&t, NULL, race_free_marked, &x);
 		if (ibv_dereg_mr(mr)) {
 			diag("%s: ibv_dereg_mr failed: %s", p->name, strerror(errno));
 			cl->bad++;
@@ -97,14 +132,14 @@ static void round_of(const struct phase *p, int nc, struct cell *cl)
 		pthread_join(t, NULL);
 		set_phase(p, 0);
 	} else if (p->after) {
-		mr = ibv_reg_mr(c.pd, r.g.p, LEN, MR_ACCESS);
+		mr = ibv_reg_mr(c.pd, x.r.g.p, LEN, MR_ACCESS);
 		err = errno;
-		pthread_create(&t, NULL, race_free, &r);
+		pthread_create(&t, NULL, race_free_marked, &x);
 		pthread_join(t, NULL);
 	} else {
 		set_phase(p, 1);
-		pthread_create(&t, NULL, race_free, &r);
-		mr = ibv_reg_mr(c.pd, r.g.p, LEN, MR_ACCESS);
+		pthread_create(&t, NULL, race_free_marked, &x);
+		mr = ibv_reg_mr(c.pd, x.r.g.p, LEN, MR_ACCESS);
 		err = errno;
 		pthread_join(t, NULL);
 		set_phase(p, 0);
@@ -121,8 +156,10 @@ static void round_of(const struct phase *p, int nc, struct cell *cl)
 			cl->bad++;
 		}
 	}
-	if (r.free_ret) {
-		diag("%s: the free failed: %s", p->name, strerror(-r.free_ret));
+	if (!x.mark || x.marked)
+		cl->in_phase++;
+	if (x.r.free_ret) {
+		diag("%s: the free failed: %s", p->name, strerror(-x.r.free_ret));
 		cl->bad++;
 	}
 	/* nv_mem: the revocation the free callback queued puts the keeper last. */
@@ -132,7 +169,7 @@ static void round_of(const struct phase *p, int nc, struct cell *cl)
 	}
 	if (mr) {
 		/* nv_mem revoked it; nv_mem_nc's persistent pin keeps the memory. */
-		int rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)r.g.p, mr->rkey);
+		int rc = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)x.r.g.p, mr->rkey);
 
 		if (!nc && rc == 0) {
 			diag("%s: an RDMA READ after the free and its revocation succeeded", p->name);
@@ -145,7 +182,7 @@ static void round_of(const struct phase *p, int nc, struct cell *cl)
 			cl->bad++;
 		}
 	}
-	gmem_drop(&r.g);
+	gmem_drop(&x.r.g);
 }
 
 static void run_client(int nc, double budget)
@@ -155,6 +192,8 @@ static void run_client(int nc, double budget)
 	int min_rounds = getenv("RMRACE_MIN_ROUNDS") ? atoi(getenv("RMRACE_MIN_ROUNDS")) : 8;
 	long long cb0 = pmc(PMDBG, "free_callbacks"), acq0 = pmc(dir, "registrations_acquired");
 	int total = 0;
+
+	mark_dir = dir;
 
 	for (size_t i = 0; i < NPHASES; i++) {
 		const struct phase *p = &phases[i];
@@ -167,8 +206,8 @@ static void run_client(int nc, double budget)
 				diag("%s, free %s: %d rounds so far", who, p->name, cl.rounds);
 		}
 		total += cl.rounds;
-		diag("%s, free %s: %d rounds; registrations %d ok, %d EFAULT, %d EINVAL (refused map)",
-		     who, p->name, cl.rounds, cl.reg_ok, cl.reg_efault, cl.reg_einval);
+		diag("%s, free %s: %d rounds (%d with the free after the phase began); registrations %d ok, %d EFAULT, %d EINVAL (refused map)",
+		     who, p->name, cl.rounds, cl.in_phase, cl.reg_ok, cl.reg_efault, cl.reg_einval);
 		ok(cl.bad == 0 && cl.rounds >= min_rounds,
 		   "%s, free %s: %d rounds (at least %d), none hung, every registration succeeded or failed with EFAULT/EINVAL%s, nothing else failed",
 		   who, p->name, cl.rounds, min_rounds,
