@@ -1137,9 +1137,13 @@ impl Registration {
             let pages = pt.entries();
             (pt.begin_put(), pages)
         };
-        inject::DELAY_UNPIN_MS.delay();
         let persistent = pending.is_persistent();
         let keeper = persistent && self.kind == Kind::Invalidating;
+        // With a keeper the window that matters is the watch pin's put
+        // (its callback may run meanwhile): the delay is there.
+        if !keeper {
+            inject::DELAY_UNPIN_MS.delay();
+        }
         let (res, callback_ref) = pending.put();
         let taken = {
             let mut g = self.inner.lock();
@@ -1220,6 +1224,7 @@ impl Registration {
                 }
             }
         };
+        inject::DELAY_UNPIN_MS.delay();
         let (res, callback_ref) = pending.put();
         let taken = {
             let mut g = self.inner.lock();
