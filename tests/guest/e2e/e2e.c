@@ -665,10 +665,11 @@ int e2e_check(const struct e2e_client *cl)
 	   C->core_name, GPU_LEN, s1.reg_pages - s0.reg_pages,
 	   sg_want(gpu_pages((uintptr_t)gb.p, GPU_LEN)), sysfs_what());
 	ok(client_live_is(1, gpu_pages((uintptr_t)gb.p, GPU_LEN), 1) &&
-	   g1.pins == g0.pins + 1 && g1.ppins == g0.ppins + !!C->persistent,
-	   "%s holds one registration of %lld GPU pages; gpusim has one page table pinned (%s: live_persistent_pins +%lld)",
+	   g1.pins == g0.pins + 1 + C->keeper && g1.ppins == g0.ppins + !!C->persistent + C->keeper,
+	   "%s holds one registration of %lld GPU pages; gpusim has one page table pinned (%s%s: live_persistent_pins +%lld)",
 	   C->label, gpu_pages((uintptr_t)gb.p, GPU_LEN),
-	   C->persistent ? "persistent" : "with a free callback", g1.ppins - g0.ppins);
+	   C->persistent ? "persistent" : "with a free callback",
+	   C->keeper ? ", plus the persistent keeper" : "", g1.ppins - g0.ppins);
 
 	/* RDMA WRITE host -> GPU, checked through gpusim's CPU mapping. */
 	off = 3 * 4096 + 8, n = 200000;
