@@ -40,12 +40,12 @@ struct phase {
 
 static const struct phase phases[] = {
 	{ "inside acquire's pins (gpusim delay_us)", NULL, "20000", 0, 0, 40000, "gs:calls/get_pages" },
-	{ "in acquire after its pins", PMDBG "inject_delay_acquire_ms", NULL, 0, 0, 20000, "page_tables_pinned" },
-	{ "inside get_pages", PMDBG "inject_delay_get_pages_ms", NULL, 0, 0, 20000, "registrations_acquired" },
-	{ "inside dma_map (before the map, then inside it: gpusim delay_us)", PMDBG "inject_delay_dma_map_ms", "5000", 0, 0, 30000, "registrations_acquired" },
+	{ "in acquire after its pins", PMDBG "inject_delay_acquire_ms", NULL, 0, 0, 100000, "page_tables_pinned" },
+	{ "inside get_pages", PMDBG "inject_delay_get_pages_ms", NULL, 0, 0, 100000, "registrations_acquired" },
+	{ "inside dma_map (before the map, then inside it: gpusim delay_us)", PMDBG "inject_delay_dma_map_ms", "20000", 0, 0, 120000, "registrations_acquired" },
 	{ "while mapped (MR live)", NULL, NULL, 0, 1, 2000, NULL },
-	{ "during put_pages (deregistration)", PMDBG "inject_delay_unpin_ms", NULL, 1, 0, 20000, NULL },
-	{ "during release (deregistration)", PMDBG "inject_delay_release_ms", NULL, 1, 0, 20000, NULL },
+	{ "during put_pages (deregistration)", PMDBG "inject_delay_unpin_ms", NULL, 1, 0, 100000, NULL },
+	{ "during release (deregistration)", PMDBG "inject_delay_release_ms", NULL, 1, 0, 100000, NULL },
 };
 #define NPHASES (sizeof(phases) / sizeof(phases[0]))
 
@@ -90,7 +90,8 @@ static void *race_free_marked(void *arg)
 static void set_phase(const struct phase *p, int on)
 {
 	if (p->knob)
-		write_str(p->knob, on ? "20" : "0");
+		/* Wide enough for the racing thread to land in it on a slow (TCG) guest. */
+		write_str(p->knob, on ? "150" : "0");
 	if (p->gs_delay)
 		gs_knob("delay_us", on ? p->gs_delay : "0");
 }
