@@ -231,6 +231,49 @@ void peermem_watch_teardown(void)
 	peermem_wq = NULL;
 }
 
+/* ---- Deferred calls (peermem_work_*, see peermem_ffi.h) */
+
+struct peermem_work {
+	struct work_struct work;
+	peermem_work_fn_t fn;
+	const void *ref;	/* the call's reference, set when queued */
+	unsigned long queued;	/* bit 0: queued once (never again) */
+};
+
+static void peermem_work_run(struct work_struct *work)
+{
+	struct peermem_work *w = container_of(work, struct peermem_work, work);
+
+	/* Consumes the reference; may free w (allowed in a work function). */
+	w->fn(w->ref);
+}
+
+struct peermem_work *peermem_work_alloc(peermem_work_fn_t fn)
+{
+	struct peermem_work *w = kzalloc(sizeof(*w), GFP_KERNEL);
+
+	if (!w)
+		return NULL;
+	INIT_WORK(&w->work, peermem_work_run);
+	w->fn = fn;
+	return w;
+}
+
+bool peermem_work_queue(struct peermem_work *w, const void *ref)
+{
+	if (test_and_set_bit(0, &w->queued))
+		return false;
+	w->ref = ref;
+	/* Never queued before, so it is not pending: this queues it. */
+	queue_work(peermem_wq, &w->work);
+	return true;
+}
+
+void peermem_work_free(struct peermem_work *w)
+{
+	kfree(w);
+}
+
 bool peermem_watch_available(void)
 {
 	return IS_ENABLED(CONFIG_MMU_NOTIFIER) && mmu_notifier;

@@ -80,6 +80,7 @@ use crate::kapi::mmu_notifier::{AddressChange, Unmapping};
 use crate::kapi::nvidia_p2p::FreeCallback;
 use crate::kapi::peer_mem::{ClientSlot, Invalidation, PeerMemoryClient, Ticket};
 use crate::kapi::scatterlist::SgView;
+use crate::kapi::work::Deferred;
 use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow};
 
@@ -184,6 +185,12 @@ impl FreeCallback for Registration {
 
     fn freed_after_put() {
         registration::gpu_freed_after_put()
+    }
+}
+
+impl Deferred for Registration {
+    fn run(this: Arc<Self>) {
+        registration::revoke_after_free(this)
     }
 }
 

@@ -17,6 +17,7 @@ use crate::kapi::pfnmap::{PfnMapping, PfnRuns};
 use crate::kapi::print::warn_ratelimited;
 use crate::kapi::scatterlist::{SgTable, SgView};
 use crate::kapi::sync::{new_condvar, new_lock, CondVar, Lock, LockGuard};
+use crate::kapi::work::WorkItem;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -76,9 +77,42 @@ enum Phase {
     CallbackPending,
 }
 
+/// `nv_mem`'s watch pin (non-persistent, with the free callback) when the
+/// phase holds a keeper (a persistent pin of the same range, the one that
+/// is mapped): docs/module.md, "The keeper". The watch only tells peermem
+/// that the memory is being freed; the keeper keeps it until peermem
+/// revoked the registration, so the free callback never waits.
+enum WatchPin {
+    /// No watch pin beside the phase's: `nv_mem_nc`, the PFN source, or
+    /// `nv_mem` without a keeper (the driver refused it: the phase holds
+    /// the pin with the callback, as before the keeper).
+    None,
+    /// `acquire` is pinning (the table is its local); a free callback
+    /// now only marks `gpu_freed`, and `acquire` declines.
+    Pinning,
+    /// Pinned; the free callback's registry entry holds a reference.
+    Held(Table),
+    /// `unpin_watch` is putting it back, outside the lock;
+    /// `callback_ran`: the free callback ran meanwhile.
+    Putting { callback_ran: bool },
+    /// Given back: put (and the callback's reference taken), or taken by
+    /// the free callback.
+    Gone,
+    /// Put (or the put was refused) and the callback's reference left in
+    /// the registry: the callback comes and only returns its reference.
+    CallbackPending,
+}
+
 /// What the lock protects.
 struct Inner {
     phase: Phase,
+    /// `nv_mem` with a keeper: the watch pin (see [`WatchPin`]).
+    watch_pin: WatchPin,
+    /// The phase's pin is a keeper (persistent, beside `watch_pin`).
+    keeper: bool,
+    /// The GPU driver's free callback ran for the watch pin: the memory is
+    /// being freed. `get_pages`/`dma_map` fail with EFAULT from now on.
+    gpu_freed: bool,
     /// The core's ticket from `get_pages`: names the mapping when
     /// invalidating. Cleared by `release`: no invalidation may start after.
     ticket: Option<Ticket>,
@@ -105,9 +139,13 @@ struct Inner {
 /// # Invariants
 ///
 /// While `inner.phase` is `Pinned` or `Mapped`, the page table is pinned
-/// for `range.aligned_start()..range.aligned_end()`, and (`nv_mem`: not
-/// persistent) the free callback's registry entry holds a reference to
-/// this object.
+/// for `range.aligned_start()..range.aligned_end()`; for `nv_mem` it is
+/// either the keeper (persistent, `inner.keeper`), with the pin carrying
+/// the free callback in `inner.watch_pin`, or (no keeper) that pin itself.
+/// While a pin with a free callback is held (`WatchPin::Held`, or the
+/// phase's without a keeper), the callback's registry entry holds a
+/// reference to this object. `revoke_work` is `Some` for `nv_mem`'s GPU
+/// registrations.
 #[pin_data]
 pub(crate) struct Registration {
     /// The client that claimed the range.
@@ -127,6 +165,9 @@ pub(crate) struct Registration {
     mapping_done: CondVar,
     /// Revocation events: the registering address space, reported once.
     events: events::Tag,
+    /// `nv_mem` GPU registrations: the work item the free callback queues
+    /// the revocation to ([`revoke_after_free`]).
+    revoke_work: Option<WorkItem<Registration>>,
     /// Last: fields drop in declaration order, and module unload waits
     /// until this count drops; everything before (the watch's and
     /// `inner`'s drops: module code) must have run by then.
@@ -170,6 +211,12 @@ pub(super) fn new(
     } else {
         kind.stats()
     };
+    let gpu_watched = kind == Kind::Invalidating && source == Source::Gpu;
+    let revoke_work = if gpu_watched {
+        Some(WorkItem::new()?)
+    } else {
+        None
+    };
     Arc::pin_init(
         pin_init!(Registration {
             kind,
@@ -179,6 +226,13 @@ pub(super) fn new(
             inner <- new_lock!(
                 Inner {
                     phase: Phase::New,
+                    watch_pin: if gpu_watched {
+                        WatchPin::Pinning
+                    } else {
+                        WatchPin::None
+                    },
+                    keeper: false,
+                    gpu_freed: false,
                     ticket: None,
                     sgt: None,
                     revoked: false,
@@ -190,6 +244,7 @@ pub(super) fn new(
             invalidated <- new_condvar!("peermem_registration_invalidated"),
             mapping_done <- new_condvar!("peermem_registration_mapping_done"),
             events: events::Tag::current(),
+            revoke_work,
             _live: Live::new(stats),
         }),
         GFP_KERNEL,
@@ -249,8 +304,9 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     // Not held across the pin: NVIDIA's driver takes its resource-manager
     // lock inside `nvidia_p2p_get_pages` and calls free callbacks with it
     // held, and the callback takes the registration lock. A callback that
-    // comes before the table is stored below finds `New` and leaves
-    // `Freed`: the driver frees the table when the callback returns.
+    // comes before the table is stored below finds `WatchPin::Pinning`
+    // (or, for a persistent pin, nothing comes) and marks `gpu_freed`: the
+    // driver frees the table when the callback returns.
     let callback = (!persistent).then(|| reg.clone());
     let pt = match nvidia_p2p::get_pages(range.aligned_start(), range.aligned_len(), callback) {
         Ok(pt) => pt,
@@ -270,14 +326,48 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         }
     };
     stats.page_tables_pinned.inc();
+    // `nv_mem`: the keeper, a persistent pin of the same range, taken after
+    // the watch pin (so a free from here on calls the watch's callback),
+    // still outside every lock of peermem and of the core's umem
+    // (`acquire` runs under the core's client list mutex only).
+    // EINVAL: the address no longer resolves, the memory is being freed
+    // (its callback comes, or came): declined below.
+    let mut keeper_gone = false;
+    let keeper = if persistent {
+        None
+    } else {
+        match nvidia_p2p::get_pages::<Registration>(
+            range.aligned_start(),
+            range.aligned_len(),
+            None,
+        ) {
+            Ok(k) => {
+                stats.keeper_pins.inc();
+                Some(k)
+            }
+            Err(e) if e == EINVAL => {
+                keeper_gone = true;
+                None
+            }
+            Err(e) => {
+                stats.keeper_pins_refused.inc();
+                report_keeper_refused(e);
+                None
+            }
+        }
+    };
     inject::DELAY_ACQUIRE_MS.delay();
     let mut g = reg.inner.lock();
-    if !matches!(g.phase, Phase::New) {
-        // `Freed`: the memory was freed right after the pin; the table is
+    if g.gpu_freed || !matches!(g.phase, Phase::New) {
+        // The memory was freed right after the pin; the watch's table is
         // the driver's (it may be gone already), not read.
+        g.watch_pin = WatchPin::Gone;
         drop(g);
         pt.give_to_driver();
         count_unpinned(stats, 0);
+        if let Some(k) = keeper {
+            put_keeper_now(stats, k, 0);
+        }
         reg.stop_watch();
         stats.registrations_declined.inc();
         warn_ratelimited(
@@ -286,28 +376,61 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         return None;
     }
     // From here until the lock is dropped the callback cannot run: the
-    // table can be read.
+    // tables can be read.
     stats.pages_pinned.add(u64::from(pt.entries()));
     stats
         .bytes_pinned
         .add(u64::from(pt.entries()) * GPU_PAGE_SIZE);
+    // Both pins cover the range with one entry per page (the keeper's
+    // addresses may differ from the watch's: each RM client can have its
+    // own BAR1 mapping of the memory).
+    let checked = check_page_table(&pt, &range).and_then(|()| match &keeper {
+        Some(k) => check_page_table(k, &range),
+        None => Ok(()),
+    });
+    // INVARIANT (below): pinned for the aligned range, the callback holds
+    // `callback` (in the phase's table, or in the watch pin's).
+    match keeper {
+        Some(k) => {
+            g.phase = Phase::Pinned(Pages::Gpu(k));
+            g.watch_pin = WatchPin::Held(pt);
+            g.keeper = true;
+        }
+        None => {
+            g.phase = Phase::Pinned(Pages::Gpu(pt));
+            g.watch_pin = WatchPin::None;
+        }
+    }
     if g.revoked {
         // The range was unmapped or moved during the pin (the address
         // watch's work item found `New` and left this mark; the watch does
         // not fire again): what the pin found is no longer what the
-        // address means. Declined, so the registration fails with EFAULT.
-        g.phase = Phase::Pinned(Pages::Gpu(pt));
+        // address means. Claimed all the same, unpinned, so that
+        // `get_pages` fails with EFAULT (declined, the core would ask
+        // `nv_mem_nc`, whose persistent pin nothing watches: issue 22).
+        drop(g);
+        reg.stop_watch();
+        reg.unpin();
+        stats.registrations_stale.inc();
+        stats.registrations_acquired.inc();
+        return Some(reg);
+    }
+    if keeper_gone {
+        // The memory went between the two pins; the watch pin (now the
+        // phase's) is put back as `put_pages` does, racing its callback.
         drop(g);
         reg.stop_watch();
         reg.unpin();
         stats.registrations_declined.inc();
+        warn_ratelimited(
+            c"the GPU memory was freed while it was being registered; declining the range",
+        );
         return None;
     }
-    if let Err(why) = check_page_table(&pt, &range) {
+    if let Err(why) = checked {
         stats.errors.inc();
         stats.registrations_declined.inc();
         report_refusal(why, range.addr(), range.len());
-        g.phase = Phase::Pinned(Pages::Gpu(pt));
         drop(g);
         reg.stop_watch();
         reg.unpin();
@@ -315,16 +438,54 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     }
     // The table's version and flags (v2 tables only) for debugfs; a
     // CPU-cacheable (coherent) table is mapped like any other (docs/module.md).
-    let flags = pt.flags();
-    LAST_PIN.record(pt.version(), flags.unwrap_or(0));
+    let Phase::Pinned(Pages::Gpu(ref mapped_pt)) = g.phase else {
+        // Stored just above, under the same lock.
+        return None;
+    };
+    let flags = mapped_pt.flags();
+    LAST_PIN.record(mapped_pt.version(), flags.unwrap_or(0));
     if flags.is_some_and(|f| f & PAGE_TABLE_FLAGS_CPU_CACHEABLE != 0) {
         stats.page_tables_cpu_cacheable.inc();
     }
-    // INVARIANT: pinned for the aligned range, the callback holds `callback`.
-    g.phase = Phase::Pinned(Pages::Gpu(pt));
     drop(g);
     stats.registrations_acquired.inc();
     Some(reg)
+}
+
+/// Says, once per load and then rate-limited, that the GPU driver refused
+/// `nv_mem`'s keeper pin, and what that means.
+fn report_keeper_refused(e: Error) {
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    if !REPORTED.swap(true, Ordering::Relaxed) {
+        pr_warn!(
+            "the GPU driver refused a persistent pin (error {}) of memory it pinned with a free callback; such registrations fall back to one pin, and a GPU free racing their registration can deadlock with the driver's lock (counted in keeper_pins_refused; load peermem with enable_invalidate=0 to register persistently instead; docs/module.md, \"Locking\")\n",
+            e.to_errno()
+        );
+    } else {
+        warn_ratelimited(c"the GPU driver refused a keeper pin again (keeper_pins_refused); this registration falls back to one pin");
+    }
+}
+
+/// Puts a keeper back at once (`acquire` giving up), counting `pages`.
+fn put_keeper_now(stats: &Stats, k: Table, pages: u32) {
+    let (res, _) = k.begin_put().put();
+    stats.keeper_unpins.inc();
+    stats.pages_unpinned.add(u64::from(pages));
+    stats.bytes_unpinned.add(u64::from(pages) * GPU_PAGE_SIZE);
+    if let Err(e) = res {
+        stats.errors.inc();
+        pr_err!(
+            "nvidia_p2p_put_pages_persistent failed ({}) for a keeper pin; the GPU driver may keep the memory pinned\n",
+            e.to_errno()
+        );
+    }
+}
+
+/// Why `get_pages`/`dma_map` fail after a free callback.
+fn freed_error(reg: &Registration) -> Error {
+    reg.stats().errors.inc();
+    warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
+    EFAULT
 }
 
 /// Why `get_pages`/`dma_map` fail on a revoked registration.
@@ -362,6 +523,9 @@ pub(crate) fn get_pages(
         super::pfnmap::resolve(reg, &reg.range)?;
     }
     let mut g = reg.inner.lock();
+    if g.gpu_freed {
+        return Err(freed_error(reg));
+    }
     if g.revoked {
         return Err(revoked_error());
     }
@@ -378,11 +542,7 @@ pub(crate) fn get_pages(
             reg.events.arm(reg.kind, reg.range.addr(), reg.range.len());
             Ok(())
         }
-        Phase::Freed => {
-            reg.stats().errors.inc();
-            warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
-            Err(EFAULT)
-        }
+        Phase::Freed => Err(freed_error(reg)),
         _ => {
             reg.stats().errors.inc();
             pr_err!(
@@ -403,15 +563,17 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
     inject::DELAY_DMA_MAP_MS.delay();
     let stats = reg.stats();
     let mut g = reg.inner.lock();
+    if g.gpu_freed {
+        return Err(freed_error(reg));
+    }
     if g.revoked {
         return Err(revoked_error());
     }
     if !matches!(g.phase, Phase::Pinned(_)) || g.ticket.is_none() {
-        stats.errors.inc();
         if matches!(g.phase, Phase::Freed) {
-            warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
-            return Err(EFAULT);
+            return Err(freed_error(reg));
         }
+        stats.errors.inc();
         pr_err!("dma_map without get_pages, or twice; refusing (a peer-memory core bug)\n");
         return Err(EINVAL);
     }
@@ -456,9 +618,23 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
                 .map_err(|(runs, e)| (Pages::Pfn(runs), e))
         }
     };
-    // Nothing changed meanwhile: every other path waited (an address
-    // change marks the registration revoked only after this phase ends).
+    // Nothing changed meanwhile but `gpu_freed`: every other path waited
+    // (an address change marks the registration revoked only after this
+    // phase ends); the free callback of a registration with a keeper does
+    // not wait (the keeper keeps what was mapped) and queued the
+    // revocation, which waits for this phase to end.
     let mut g = reg.inner.lock();
+    let result = match result {
+        Ok((_, mapped, _)) if g.gpu_freed => {
+            // Never live on memory being freed: undone under the lock
+            // (`nvidia_p2p_dma_unmap_pages` takes no RM lock).
+            warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
+            // Counted as made, so that the unmap balances it.
+            stats.dma_maps.inc();
+            Err((unmap_locked(stats, mapped), EFAULT))
+        }
+        other => other,
+    };
     let out = match result {
         Ok((sgt, mapped, uncoalesced)) => {
             stats.dma_maps.inc();
@@ -625,9 +801,150 @@ pub(crate) fn gpu_freed_after_put() {
 
 /// The GPU driver's free callback: the memory behind `reg` is being freed.
 /// `reg` is the callback's own reference, taken from the registry.
+///
+/// With a keeper (the normal case) it waits for nothing that waits for the
+/// driver and never calls the core: it gives the watch pin's table to the
+/// driver, marks the registration, and queues the revocation
+/// ([`revoke_after_free`]); the keeper keeps the memory until that ran.
 pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     let stats = reg.stats();
     stats.free_callbacks.inc();
+    let mut g = reg.inner.lock();
+    let pin = core::mem::replace(&mut g.watch_pin, WatchPin::Gone);
+    match pin {
+        WatchPin::None => {
+            // No keeper: the pin with this callback is the phase's.
+            drop(g);
+            gpu_freed_unkept(reg);
+            return;
+        }
+        WatchPin::Pinning => {
+            // `acquire` holds the table still: it sees the mark and declines.
+            g.gpu_freed = true;
+        }
+        WatchPin::Held(pt) => {
+            pt.give_to_driver();
+            stats.page_tables_unpinned.inc();
+            g.gpu_freed = true;
+        }
+        WatchPin::Putting { .. } => {
+            // `unpin_watch` is giving the table back right now; it sees this.
+            g.watch_pin = WatchPin::Putting { callback_ran: true };
+            g.gpu_freed = true;
+        }
+        // The put was refused, or the callback took its reference before
+        // `unpin_watch` looked: this is that callback, nothing else to do.
+        WatchPin::CallbackPending => {}
+        WatchPin::Gone => {
+            stats.errors.inc();
+            pr_err!("free callback for a page table peermem no longer holds; ignoring it (a GPU driver bug)\n");
+        }
+    }
+    // The keeper is pinned (maybe being mapped) and nothing revoked it
+    // yet: queue the revocation. Under the lock, so that `release` (which
+    // takes it before the keeper goes) cannot have returned, and unload
+    // cannot have torn the work queue down, before the item is queued.
+    let live = matches!(
+        g.phase,
+        Phase::Pinned(_) | Phase::Mapped(_) | Phase::Mapping
+    ) && !g.revoked;
+    if g.gpu_freed && live {
+        revoke_event(&reg, events::Cause::GpuFree);
+        if let Some(work) = &reg.revoke_work {
+            // SAFETY: `reg` owns the item; the registration lock is held
+            // and the keeper is pinned, so the core has not released the
+            // registration (release unpins under this lock first) and the
+            // work queue, torn down at unload after every release, exists.
+            if unsafe { work.queue(reg.clone()) } {
+                stats.revocations_deferred.inc();
+            }
+        }
+    }
+    drop(g);
+    inject::DELAY_FREE_CALLBACK_MS.delay();
+    drop(reg);
+}
+
+/// The revocation a free callback queued: from a work item, no lock held,
+/// after the callback returned (the driver may have freed the watch pin's
+/// table; the keeper keeps the memory). The core revokes the device's
+/// access, then peermem unmaps and gives the keeper back.
+pub(crate) fn revoke_after_free(reg: Arc<Registration>) {
+    revoke(reg, Revocation::GpuFree);
+}
+
+/// What revokes a registration.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Revocation {
+    /// The GPU memory was freed (work item queued by the free callback).
+    GpuFree,
+    /// The process unmapped or moved the range (the address watch's work item).
+    AddressChange,
+}
+
+/// Revokes `reg` (a work item's reference; no lock held): marks it
+/// `revoked` if it is still pinned, calls the core's invalidate with the
+/// ticket, if any (the core revokes the device's access synchronously:
+/// the next RDMA completes in error), then unmaps the PCI mapping (the
+/// core's table stays until `dma_unmap`/`release`) and gives the pages
+/// back, which the core no longer does after an invalidation. Nothing to
+/// do if the memory was freed, revoked or given back meanwhile.
+fn revoke(reg: Arc<Registration>, why: Revocation) {
+    let stats = reg.stats();
+    let ticket = {
+        let mut g = reg.lock_settled();
+        if g.revoked {
+            return;
+        }
+        match g.phase {
+            // `acquire` is pinning with the lock dropped (PFN source:
+            // `get_pages` is reading the runs): it finds the mark when it
+            // takes the lock and declines the range (fails). Only an
+            // address change gets here.
+            Phase::New => {
+                g.revoked = true;
+                drop(g);
+                stats.address_changes.inc();
+                return;
+            }
+            Phase::Pinned(_) | Phase::Mapped(..) => {}
+            _ => return,
+        }
+        g.revoked = true;
+        g.begin_invalidate()
+    };
+    if why == Revocation::AddressChange {
+        stats.address_changes.inc();
+    }
+    // Without a ticket the core has not called get_pages yet; it will fail.
+    if let Some(ticket) = ticket {
+        if why == Revocation::GpuFree {
+            inject::DELAY_INVALIDATE_MS.delay();
+        }
+        // SAFETY: counted in `invalidating`, which `release` waits on
+        // before it clears the ticket, so the core has not released the
+        // registration and does not until `end_invalidate`; no lock held.
+        if unsafe { ticket.invalidate() }.is_some() {
+            match why {
+                Revocation::GpuFree => stats.invalidations_gpu_free.inc(),
+                Revocation::AddressChange => stats.invalidations_mmu_notifier.inc(),
+            }
+        }
+        reg.end_invalidate();
+    }
+    inject::DELAY_ADDRESS_CHANGE_MS.delay();
+    // The table itself stays until dma_unmap or the registration goes.
+    reg.lock_settled().unmap(stats);
+    reg.unpin();
+}
+
+/// The free callback of a registration without a keeper (the driver
+/// refused the persistent pin): the pin with the callback is the phase's,
+/// so the callback must revoke before it returns, and wait for a mapping
+/// in progress (docs/module.md, "Locking": this is the wait that can
+/// deadlock with the driver's lock).
+fn gpu_freed_unkept(reg: Arc<Registration>) {
+    let stats = reg.stats();
     let (ticket, mapped) = {
         // Waits while `dma_map` maps the table: it is `dma_map`'s then, and
         // must stay valid until the driver's map call returned. (A free
@@ -719,41 +1036,7 @@ pub(crate) fn address_unmapping(reg: &Registration, cause: events::Cause) {
 /// do if the memory was freed or given back meanwhile.
 pub(crate) fn address_changed(reg: Arc<Registration>) {
     inject::DELAY_ADDRESS_WORK_MS.delay();
-    let ticket = {
-        let mut g = reg.lock_settled();
-        if g.revoked {
-            return;
-        }
-        match g.phase {
-            // `acquire` is pinning with the lock dropped (PFN source:
-            // `get_pages` is reading the runs): it finds the mark when it
-            // takes the lock and declines the range (fails).
-            Phase::New => {
-                g.revoked = true;
-                drop(g);
-                reg.stats().address_changes.inc();
-                return;
-            }
-            Phase::Pinned(_) | Phase::Mapped(..) => {}
-            _ => return,
-        }
-        g.revoked = true;
-        g.begin_invalidate()
-    };
-    reg.stats().address_changes.inc();
-    // Without a ticket the core has not called get_pages yet; it will fail.
-    if let Some(ticket) = ticket {
-        // SAFETY: as in `gpu_freed`: counted in `invalidating`, which
-        // `release` waits on; no lock held.
-        if unsafe { ticket.invalidate() }.is_some() {
-            reg.stats().invalidations_mmu_notifier.inc();
-        }
-        reg.end_invalidate();
-    }
-    inject::DELAY_ADDRESS_CHANGE_MS.delay();
-    // The table itself stays until dma_unmap or the registration goes.
-    reg.lock_settled().unmap(reg.stats());
-    reg.unpin();
+    revoke(reg, Revocation::AddressChange);
 }
 
 impl Drop for Inner {
@@ -872,8 +1155,13 @@ impl Registration {
             let pages = pt.entries();
             (pt.begin_put(), pages)
         };
-        inject::DELAY_UNPIN_MS.delay();
         let persistent = pending.is_persistent();
+        let keeper = persistent && self.kind == Kind::Invalidating;
+        // With a keeper the window that matters is the watch pin's put
+        // (its callback may run meanwhile): the delay is there.
+        if !keeper {
+            inject::DELAY_UNPIN_MS.delay();
+        }
         let (res, callback_ref) = pending.put();
         let taken = {
             let mut g = self.inner.lock();
@@ -894,7 +1182,14 @@ impl Registration {
             };
             taken
         };
-        count_unpinned(self.stats(), pages);
+        if keeper {
+            let stats = self.stats();
+            stats.keeper_unpins.inc();
+            stats.pages_unpinned.add(u64::from(pages));
+            stats.bytes_unpinned.add(u64::from(pages) * GPU_PAGE_SIZE);
+        } else {
+            count_unpinned(self.stats(), pages);
+        }
         match res {
             Ok(()) => {}
             Err(e) if !persistent => {
@@ -923,6 +1218,59 @@ impl Registration {
             }
         }
         // Last, outside the lock (the caller holds a reference too).
+        drop(taken);
+        // The keeper went first: the watch pin alone keeps nothing mapped.
+        self.unpin_watch();
+    }
+
+    /// Gives the watch pin back if it is still held (registrations with a
+    /// keeper), outside the lock, deciding about the free callback's
+    /// reference as [`Registration::unpin`] does.
+    fn unpin_watch(&self) {
+        let pending = {
+            let mut g = self.inner.lock();
+            match core::mem::replace(
+                &mut g.watch_pin,
+                WatchPin::Putting {
+                    callback_ran: false,
+                },
+            ) {
+                WatchPin::Held(pt) => pt.begin_put(),
+                other => {
+                    g.watch_pin = other;
+                    return;
+                }
+            }
+        };
+        inject::DELAY_UNPIN_MS.delay();
+        let (res, callback_ref) = pending.put();
+        let taken = {
+            let mut g = self.inner.lock();
+            let ran = matches!(g.watch_pin, WatchPin::Putting { callback_ran: true });
+            let taken = match (&res, &callback_ref) {
+                (Ok(()), Some(cref)) => cref.take(),
+                _ => None,
+            };
+            g.watch_pin = if ran || taken.is_some() {
+                WatchPin::Gone
+            } else {
+                WatchPin::CallbackPending
+            };
+            taken
+        };
+        self.stats().page_tables_unpinned.inc();
+        if let Err(e) = res {
+            // EINVAL: the memory is being freed, its callback is pending.
+            if e != EINVAL {
+                self.stats().errors.inc();
+                pr_warn!(
+                    "nvidia_p2p_put_pages failed ({}) for {:#x}+{:#x}; the GPU driver keeps the pages pinned until the memory is freed\n",
+                    e.to_errno(),
+                    self.range.aligned_start(),
+                    self.range.aligned_len()
+                );
+            }
+        }
         drop(taken);
     }
 }

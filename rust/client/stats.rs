@@ -138,6 +138,26 @@ define_stats! {
     objects_created,
     /// Registration objects freed (last reference gone). Live: created - freed.
     objects_freed,
+    /// `nv_mem`: keeper pins taken in `acquire` (a persistent pin of the
+    /// range beside the pin with the free callback; the keeper is what is
+    /// DMA-mapped, and it keeps the memory until the revocation finished).
+    keeper_pins,
+    /// `nv_mem`: keeper pins given back. Live: keeper_pins - keeper_unpins.
+    keeper_unpins,
+    /// `nv_mem`: keeper pins the GPU driver refused (e.g. confidential
+    /// computing, MIG without an internal P2P object); that registration
+    /// falls back to one pin whose free callback waits for a mapping in
+    /// progress, which can deadlock with a free racing the registration
+    /// (logged; docs/module.md, "Locking").
+    keeper_pins_refused,
+    /// `nv_mem`: revocations the free callback queued to a work item (the
+    /// core's invalidate, the PCI unmap and the keeper's put run there,
+    /// after the callback returned).
+    revocations_deferred,
+    /// `nv_mem`: ranges the process unmapped or moved while `acquire`
+    /// pinned them: claimed anyway, so the registration fails with EFAULT
+    /// instead of going to `nv_mem_nc` (issue 22).
+    registrations_stale,
     /// Calls that failed, for any reason (each failure also logs why).
     errors,
     }

@@ -59,6 +59,7 @@ pub(crate) mod print;
 pub(crate) mod scatterlist;
 pub(crate) mod sync;
 pub(crate) mod uapi;
+pub(crate) mod work;
 
 #[allow(
     clippy::all,

@@ -30,11 +30,11 @@ module! {
     description: "Emulated GPU exporting the NVIDIA nvidia_p2p_* peer-to-peer interface (peermem test rig)",
     license: "GPL",
     params: {
-        // Off by default only until the clients' lock-order cycles it
-        // reveals are fixed (peermem, the core with any invalidating client,
-        // the reference client): docs/gpusim.md, "The resource manager's lock".
+        // On by default, as NVIDIA's driver holds RM's locks (docs/gpusim.md,
+        // "The resource manager's lock"); 0 only for the orders the real
+        // driver never produces.
         rm_lock: bool {
-            default: false,
+            default: true,
             description: "1: hold an emulated resource-manager lock across get_pages, put_pages, dma_map_pages and the free path (free callbacks), as the 550 driver does (docs/gpusim.md)",
         },
     },

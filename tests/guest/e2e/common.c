@@ -30,6 +30,7 @@ static const struct e2e_live peermem_live[] = {
 	{ "pages_pinned", "pages_unpinned", 0, 1 },
 	{ "bytes_pinned", "bytes_unpinned", 0, GPU_PAGE },
 	{ "dma_maps", "dma_unmaps", 1, 0 },
+	{ "keeper_pins", "keeper_unpins", 1, 0 },	/* nv_mem's keeper (issue 22) */
 	{ NULL, NULL, 0, 0 },
 };
 
@@ -78,6 +79,7 @@ const struct e2e_client e2e_clients[] = {
 		.live = peermem_live,
 		.live_what = "its debugfs counters",
 		.sg_per_gpu_page = 0,	/* coalesces contiguous bus addresses */
+		.keeper = 1,
 	},
 	{
 		.label = "refclient",

@@ -66,6 +66,13 @@ struct e2e_client {
 	 */
 	int persistent;
 	/*
+	 * 1: besides its pin with a free callback, the client takes a
+	 * persistent "keeper" pin of the same range (peermem's nv_mem since
+	 * issue 22, docs/module.md "The keeper"): gpusim sees two page
+	 * tables per registration, one of them persistent.
+	 */
+	int keeper;
+	/*
 	 * Optional checks, each only if set: the module's version
 	 * (/sys/module/<module>/version) starts with @version; a second core
 	 * entry @other_core exists (other_core_present 1) or must not (0).

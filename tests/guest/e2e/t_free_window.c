@@ -123,6 +123,15 @@ static void one_client(const struct e2e_client *cl, const char *defect, int fd)
 	struct peer_stats s0, s1;
 
 	run("dmesg -C");
+	/*
+	 * gpusim's RM lock as NVIDIA's driver holds it ($GPUSIM_RM_LOCK
+	 * overrides), except for nvidia-peermem, whose invalidating free
+	 * callback calls the core's invalidate under RM: a cycle with the
+	 * core's umem mapping lock that lockdep reports (docs/module.md,
+	 * "Locking"); peermem's callback waits for nothing (issue 22).
+	 */
+	gs_set("rm_lock", getenv("GPUSIM_RM_LOCK") ?: (strcmp(cl->label, "peermem") ? "0" : "1"));
+	diag("%s: gpusim rm_lock=%lld", cl->label, gsv("rm_lock"));
 	if (load(cl->ko, cl->args)) {
 		ok(0, "%s: insmod %s", cl->label, cl->ko);
 		return;

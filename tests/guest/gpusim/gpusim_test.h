@@ -118,7 +118,7 @@ static const char *gpusim_args(void)
 }
 
 /* gpusim's rm_lock parameter when GPUSIM_ARGS does not set it. */
-#define GPUSIM_RM_LOCK_DEFAULT 0
+#define GPUSIM_RM_LOCK_DEFAULT 1
 
 /* The rm_lock gpusim_args() asks for (0 or 1). */
 static int gpusim_args_rm_lock(void)

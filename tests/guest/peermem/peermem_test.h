@@ -112,7 +112,25 @@ static int pmc_idle(const char *dir)
 	       pmc_live_regs(dir) == 0 && pmc_live_pins(dir) == 0 &&
 	       pmc_live_maps(dir) == 0 && pmc_live_objects(dir) == 0 &&
 	       pmc(dir, "pages_pinned") == pmc(dir, "pages_unpinned") &&
-	       pmc(dir, "bytes_pinned") == pmc(dir, "bytes_unpinned");
+	       pmc(dir, "bytes_pinned") == pmc(dir, "bytes_unpinned") &&
+	       pmc(dir, "keeper_pins") == pmc(dir, "keeper_unpins");
+}
+
+/*
+ * nv_mem's keeper pins (persistent pins beside the pin with the free
+ * callback) held right now. A free callback only queues the revocation:
+ * the core's invalidate, the unmap and the keeper's put follow in a work
+ * item, so after a GPU free returns wait for this to drop before
+ * expecting the MR revoked (docs/module.md, "The keeper").
+ */
+static long long pm_live_keepers(void)
+{
+	return pm("keeper_pins") - pm("keeper_unpins");
+}
+
+static int pm_no_keepers(void)
+{
+	return pm_live_keepers() == 0;
 }
 
 /* Neither of peermem's clients holds anything. */
@@ -196,17 +214,14 @@ static void gs_defaults(void)
 	/* GPUSIM_STALE_ERRNO=22: run with the refusing variant (default 0, the 550 driver's answer). */
 	gs_knob("stale_errno", getenv("GPUSIM_STALE_ERRNO") ?: "0");
 	/*
-	 * GPUSIM_RM_LOCK=1: hold gpusim's RM lock as NVIDIA's driver does.
-	 * Off by default in this area: the core's umem mapping lock, held
-	 * across get_pages/dma_map (so across nvidia_p2p_dma_map_pages) and
-	 * taken by invalidate from the free callback, forms a cycle with it
-	 * for every invalidating client, as in OFED, and t_peermem_free's
-	 * register-versus-free race then deadlocks for real (docs/module.md,
-	 * "Locking"). peermem's registration mutex is in no cycle
-	 * (tests/host/rmlock); its Mapping phase, which a free callback
-	 * waits out, is its share of the core's cycle.
+	 * gpusim's RM lock, held as NVIDIA's driver holds RM's locks (across
+	 * get_pages*, put_pages*, dma_map_pages and a whole free with its
+	 * callbacks): on by default, as the driver is. GPUSIM_RM_LOCK=0 runs
+	 * without it (the orders the real driver never produces, e.g. a
+	 * callback after its put returned). peermem's free callback waits
+	 * for nothing that waits for the driver (docs/module.md, "Locking").
 	 */
-	gs_knob("rm_lock", getenv("GPUSIM_RM_LOCK") ?: "0");
+	gs_knob("rm_lock", getenv("GPUSIM_RM_LOCK") ?: "1");
 	gs_knob("fail_errno", "12");
 	gs_knob("reset_totals", "1");
 }

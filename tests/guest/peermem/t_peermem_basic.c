@@ -112,8 +112,9 @@ int main(void)
 	ok(pm("registrations_acquired") == 1 && pm_live_regs() == 1 && pm_live_pins() == 1 &&
 	   pm_live_maps() == 1 && pm("pages_pinned") == (long long)NPAGES,
 	   "peermem: one registration, one pin of %lu pages, one mapping", NPAGES);
-	ok(gs("live_pins") == 1 && gs("calls/get_pages") == 1,
-	   "one nvidia_p2p_get_pages for the whole registration (gpusim: %lld call(s), %lld pin(s))",
+	ok(gs("live_pins") == 2 && gs("calls/get_pages") == 1 && gs("live_persistent_pins") == 1 &&
+	   pm_live_keepers() == 1,
+	   "one nvidia_p2p_get_pages and one keeper pin (persistent) for the whole registration (gpusim: %lld call(s), %lld pin(s))",
 	   gs("calls/get_pages"), gs("live_pins"));
 	/*
 	 * The pin's page-table version and flags (issue 28): a layout peermem

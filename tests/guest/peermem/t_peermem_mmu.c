@@ -113,6 +113,16 @@ static int stays_quiet(const struct snap *s0, double secs, struct snap *s1)
 	return 1;
 }
 
+/*
+ * gpusim pins per GPU registration: nv_mem holds its pin with the free
+ * callback and its keeper (persistent; docs/module.md, "The keeper"),
+ * nv_mem_nc (enable_invalidate=0) one persistent pin.
+ */
+static int reg_pins(void)
+{
+	return pm_param_on("enable_invalidate") ? 2 : 1;
+}
+
 static int balanced(void)
 {
 	struct peer_stats s;
@@ -227,8 +237,9 @@ static void test_munmap(void)
 	if (!mr)
 		bail("ibv_reg_mr on GPU memory: %s", strerror(errno));
 	rc = write_to(mr, g.p + 4096, 8192, 0x1212);
-	ok(rc == 0 && !memcmp(g.p + 4096, h, 8192) && gs("live_pins") == pre.gs_pins + 1,
-	   "munmap: a 256 KiB GPU MR works before (RDMA WRITE status %d, bytes landed, one gpusim pin)", rc);
+	ok(rc == 0 && !memcmp(g.p + 4096, h, 8192) && gs("live_pins") == pre.gs_pins + reg_pins(),
+	   "munmap: a 256 KiB GPU MR works before (RDMA WRITE status %d, bytes landed, %d gpusim pins: one registration's)",
+	   rc, reg_pins());
 
 	take(&s0);
 	old = g.p;
@@ -412,8 +423,9 @@ static void test_two(void)
 		bail("ibv_reg_mr on GPU memory: %s", strerror(errno));
 	ra = write_to(a, g.p, 4096, 0x4242);
 	rb = write_to(b, g.p + LEN - 4096, 4096, 0x4242);
-	ok(ra == 0 && rb == 0 && gs("live_pins") == pre.gs_pins + 2,
-	   "two MRs: both work before (status %d, %d), two gpusim pins", ra, rb);
+	ok(ra == 0 && rb == 0 && gs("live_pins") == pre.gs_pins + 2 * reg_pins(),
+	   "two MRs: both work before (status %d, %d), %d gpusim pins: two registrations'", ra, rb,
+	   2 * reg_pins());
 	take(&s0);
 	old = g.p;
 	ok(munmap(g.p, LEN) == 0, "two MRs: munmap of the range");
@@ -508,7 +520,8 @@ static void test_unwatched(const char *args)
 	g.p = NULL;
 	q = stays_quiet(&s0, QUIET_S, &s1);
 	rc = ginfo(&g, &inf);
-	ok(q && rc == 0 && inf.addr == 0 && inf.pins == 1 && s1.gs_pins == pre.gs_pins + 1,
+	ok(q && rc == 0 && inf.addr == 0 && inf.pins == (unsigned int)reg_pins() &&
+	   s1.gs_pins == pre.gs_pins + reg_pins(),
 	   "[%s] for %.0f s no invalidation and no address change; the allocation stays pinned and mapped nowhere (INFO addr %#llx pins %u)",
 	   args, QUIET_S, (unsigned long long)inf.addr, inf.pins);
 	if (!q)
@@ -566,8 +579,9 @@ static void test_exit(void)
  * which runs with no lock held), inside its get_pages delay, and inside
  * its dma_map delay (the core then holds the umem's mapping lock, so the
  * notifier's invalidation waits until the registration fails or is live).
- * In acquire, ibv_reg_mr must fail with EFAULT (peermem declines the
- * range). Later, either ibv_reg_mr fails with EFAULT or the MR it returns
+ * In acquire, ibv_reg_mr must fail with EFAULT (peermem claims the
+ * range, counted in registrations_stale, and fails get_pages: declined,
+ * the core would ask nv_mem_nc; issue 22). Later, either ibv_reg_mr fails with EFAULT or the MR it returns
  * is revoked; both are accepted, one of them must happen.
  *
  * The main thread registers and a second thread unmaps, not the other way
@@ -611,7 +625,7 @@ static void test_reg_race(const char *knob_name, const char *where)
 	double t_end;
 	pthread_t t;
 	int err, knob, outcome_ok = 0, rc;
-	long long decl0, gp0;
+	long long decl0, gp0, stale0, nc0;
 	int dma = !strcmp(knob_name, "inject_delay_dma_map_ms");
 	/*
 	 * In acquire the pin runs with no lock held: the munmap lands after
@@ -626,6 +640,8 @@ static void test_reg_race(const char *knob_name, const char *where)
 	alloc_filled(&g, 0x8181);
 	take(&s0);
 	decl0 = pm("registrations_declined");
+	stale0 = pm("registrations_stale");
+	nc0 = pm_nc("registrations_acquired");
 	gp0 = gs("calls/get_pages");
 	knob = write_str(knob_path, "300");
 	ok(knob == 0, "reg race %s: %s set to 300 (%s)", where, knob_name, knob ? strerror(-knob) : "ok");
@@ -670,7 +686,9 @@ static void test_reg_race(const char *knob_name, const char *where)
 		usleep(100000);
 		take(&s1);
 		outcome_ok = s1.addr_chg == s0.addr_chg + 1 &&
-			     (!acq || pm("registrations_declined") == decl0 + 1) &&
+			     (!acq || (pm("registrations_stale") == stale0 + 1 &&
+				      pm("registrations_declined") == decl0)) &&
+			     pm_nc("registrations_acquired") == nc0 &&
 			     (s1.inv_mmu == s0.inv_mmu || (dma && s1.inv_mmu == s0.inv_mmu + 1)) &&
 			     s1.ps.invalidated_mrs == s0.ps.invalidated_mrs &&
 			     s1.ps.alloc_mrs == s0.ps.alloc_mrs;
@@ -704,6 +722,81 @@ static void test_reg_race(const char *knob_name, const char *where)
 		all_diag();
 	ok(gmem_free(fd, &g) == 0 && pm("free_callbacks") == s0.free_cb && wait_for(all_idle, 10),
 	   "reg race %s: GPUSIM_IOC_FREE without a free callback, all idle", where);
+	if (!all_idle())
+		all_diag();
+}
+
+/*
+ * 7b. Issue 22: another gpusim allocation is moved (mremap MREMAP_FIXED)
+ * onto the address while peermem's acquire holds its pins. nv_mem's
+ * watch fires; before issue 22 it declined the range and the core gave
+ * it to nv_mem_nc, whose persistent pin of the *new* allocation nothing
+ * watches (nc/registrations_acquired +1, an MR never revoked). Now nv_mem
+ * claims the range and get_pages fails: ibv_reg_mr fails with EFAULT,
+ * nv_mem_nc is never asked.
+ */
+struct mover {
+	void *from, *to;
+	long long mark0;
+	double t0;
+	int claimed, ret;
+};
+
+static void *move_thread(void *arg)
+{
+	struct mover *m = arg;
+
+	while (now_s() < m->t0 + 3 && (now_s() < m->t0 + 0.05 || pm("page_tables_pinned") == m->mark0))
+		usleep(2000);
+	m->claimed = pm("page_tables_pinned") > m->mark0;
+	m->ret = mremap(m->from, LEN, LEN, MREMAP_MAYMOVE | MREMAP_FIXED, m->to) == MAP_FAILED ? -errno : 0;
+	return NULL;
+}
+
+static void test_acquire_moved(void)
+{
+	struct mover m = { 0 };
+	struct ibv_mr *mr;
+	struct gmem g, g2;
+	long long stale0, nc0, ncdecl0;
+	pthread_t t;
+	int err;
+
+	alloc_filled(&g, 0x8383);
+	alloc_filled(&g2, 0x8484);
+	stale0 = pm("registrations_stale");
+	nc0 = pm_nc("registrations_acquired");
+	ncdecl0 = pm_nc("registrations_declined");
+	write_str(PMDBG "inject_delay_acquire_ms", "300");
+	m.from = g2.p;
+	m.to = g.p;
+	m.mark0 = pm("page_tables_pinned");
+	m.t0 = now_s();
+	if (pthread_create(&t, NULL, move_thread, &m))
+		bail("pthread_create failed");
+	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+	err = mr ? 0 : errno;
+	pthread_join(t, NULL);
+	write_str(PMDBG "inject_delay_acquire_ms", "0");
+	ok(m.ret == 0 && m.claimed,
+	   "moved in acquire: another allocation mremapped onto the range after peermem pinned it (%s)",
+	   m.ret ? strerror(-m.ret) : "ok");
+	ok(!mr && err == EFAULT, "moved in acquire: ibv_reg_mr fails with EFAULT (%s)",
+	   mr ? "registered" : strerror(err));
+	ok(pm("registrations_stale") == stale0 + 1 && pm_nc("registrations_acquired") == nc0 &&
+	   pm_nc("registrations_declined") == ncdecl0,
+	   "moved in acquire: nv_mem claimed the changed range (registrations_stale %+lld); nv_mem_nc was never asked (acquired %+lld, declined %+lld)",
+	   pm("registrations_stale") - stale0, pm_nc("registrations_acquired") - nc0,
+	   pm_nc("registrations_declined") - ncdecl0);
+	if (mr)
+		ibv_dereg_mr(mr);
+	ok(wait_for(settled, 10) && balanced(), "moved in acquire: nothing registered or pinned, core counters balanced");
+	if (!settled())
+		all_diag();
+	/* g2's allocation now lives at g.p; g's allocation lost its mapping. */
+	err = gmem_free(fd, &g) == 0 && gmem_free(fd, &g2) == 0;
+	munmap(g.p, LEN);
+	ok(err && wait_for(all_idle, 10), "moved in acquire: both allocations freed and unmapped, all idle");
 	if (!all_idle())
 		all_diag();
 }
@@ -859,6 +952,7 @@ int main(void)
 
 	test_exit();
 	test_reg_race("inject_delay_acquire_ms", "in acquire");
+	test_acquire_moved();
 	test_reg_race("inject_delay_get_pages_ms", "in get_pages");
 	test_reg_race("inject_delay_dma_map_ms", "in dma_map");
 	test_race_loop();
