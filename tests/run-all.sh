@@ -17,8 +17,9 @@
 #                 their results recorded in docs/testing.md, never by CI
 #   -v            stream the guest console (scripts/vm.sh -v)
 #
-# PEERMEM_RM_LOCK_RUN=1 also runs the peermem and e2e areas with gpusim's RM
-# lock (GPUSIM_RM_LOCK=1, docs/gpusim.md), in a VM boot of their own.
+# gpusim holds its emulated RM lock by default (rm_lock=1, as NVIDIA's
+# driver; docs/gpusim.md). PEERMEM_RM_LOCK_RUN=1 runs the peermem and e2e
+# areas once more with GPUSIM_RM_LOCK=1 forced, in a VM boot of their own.
 # PEERMEM_VM_SLOTS=N runs the guest suite's VM boots N at a time (default 2).
 # The peermem and e2e areas run twice: against gpusim's default NVIDIA branch
 # (595) and against 550 (PEERMEM_OLD_BRANCH; none skips that).
@@ -200,7 +201,7 @@ extra_job() { local desc=$1 env=$2; shift 2; extra+=("$desc"'|'"$env"'|'"$*"); }
 # PEERMEM_OLD_BRANCH_ALL=1 both areas run whole. PEERMEM_OLD_BRANCH=none
 # skips it, another value picks the branch.
 old_branch=${PEERMEM_OLD_BRANCH:-550}
-any_branch='^t_(peermem_(failnth|failnth_load|loadfail|hostile|lifetime|oom|notifier_alloc|rcache|stale|events)|e2e_refclient)$'
+any_branch='^t_(peermem_(failnth|failnth_load|loadfail|hostile|lifetime|oom|notifier_alloc|rcache|stale|events|evfiles|genpage|rmrace)|e2e_refclient)$'
 if [ "$old_branch" != none ]; then
 	[[ $old_branch =~ ^[0-9]+$ ]] || pm_die "PEERMEM_OLD_BRANCH=$old_branch: want a gpusim branch (550, 570, 580, 595) or none"
 	btests=()
@@ -212,8 +213,9 @@ if [ "$old_branch" != none ]; then
 		"GPUSIM_ARGS=branch=$old_branch" "${btests[@]}"
 fi
 
-# peermem and e2e again with gpusim's RM lock (PEERMEM_RM_LOCK_RUN=1; see
-# docs/gpusim.md, "The resource manager's lock"): one more job.
+# peermem and e2e again with gpusim's RM lock forced on (PEERMEM_RM_LOCK_RUN=1;
+# it is gpusim's default anyway; docs/gpusim.md, "The resource manager's
+# lock"): one more job.
 if [ "${PEERMEM_RM_LOCK_RUN:-0}" = 1 ]; then
 	mapfile -t rtests < <(programs peermem e2e)
 	[ ${#rtests[@]} -gt 0 ] && extra_job "guest tests with GPUSIM_RM_LOCK=1 (scripts/vm.sh)" "GPUSIM_RM_LOCK=1" "${rtests[@]}"
