@@ -17,7 +17,8 @@
 #   - the GPU driver: gpusim, signed with the kernel's key and compressed,
 #     in updates/dkms, its Module.symvers where NVIDIA's DKMS package leaves
 #     it (/var/lib/dkms/nvidia/<ver>/build); OFED's: the core's exports in
-#     /usr/src/ofa_kernel/<arch>/<release>/Module.symvers (both in a
+#     /usr/src/ofa_kernel-dkms/<arch>/<release>/Module.symvers, where
+#     DOCA-OFED's DKMS package leaves it (both in a
 #     PEERMEM_SYSROOT, so the host's own /var/lib/dkms and /usr/src stay
 #     untouched);
 #   - DKMS is told (/etc/dkms/framework.conf.d) to sign with the key the
@@ -119,10 +120,14 @@ hdr=$work/headers
 mkdir -p "$hdr"
 for e in "$KDIR"/* "$KDIR"/.[!.]*; do
 	b=${e##*/}
-	case $b in Module.symvers|modroot) continue ;; esac
+	case $b in Module.symvers|modroot|Makefile) continue ;; esac
 	ln -s "$e" "$hdr/$b"
 done
 grep -vP '\tib_(un)?register_peer_memory_client\t' "$KDIR/Module.symvers" >"$hdr/Module.symvers"
+# Its own top Makefile: the tree's names KBUILD_OUTPUT=KDIR, which would
+# make kbuild use (and write to) the tree itself.
+sed "s|^export KBUILD_OUTPUT = .*|export KBUILD_OUTPUT = $hdr|" "$KDIR/Makefile" >"$hdr/Makefile"
+touch "$work/t0"
 ln -s "$hdr" "$mods/build"
 # The GPU driver: gpusim, built for this kernel, installed as NVIDIA's DKMS
 # package installs nvidia.ko (signed, compressed, updates/dkms).
@@ -137,9 +142,9 @@ cp "$PEERMEM_ROOT/tests/gpusim/gpusim.ko" "$work/stage/gpusim.ko" && sign "$work
 tr=$work/sysroot
 nvv=595.45.04
 mkdir -p "$tr/var/lib/dkms/nvidia/$nvv/build" "$tr/var/lib/dkms/nvidia/$nvv/$krel/x86_64/module" \
-	"$tr/usr/src/ofa_kernel/x86_64/$krel" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/$krel/x86_64/module" "$tr/lib/modules"
+	"$tr/usr/src/ofa_kernel-dkms/x86_64/$krel" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/$krel/x86_64/module" "$tr/lib/modules"
 cp "$PEERMEM_ROOT/tests/gpusim/Module.symvers" "$tr/var/lib/dkms/nvidia/$nvv/build/Module.symvers"
-ofd=$tr/usr/src/ofa_kernel/x86_64/$krel
+ofd=$tr/usr/src/ofa_kernel-dkms/x86_64/$krel
 grep -P '\tib_(un)?register_peer_memory_client\t' "$KDIR/Module.symvers" >"$ofd/Module.symvers"
 # find-symvers.sh compares CRCs with the modules installed under the root.
 ln -s "$mods" "$tr/lib/modules/$krel"
@@ -174,7 +179,7 @@ if [ -n "$ksig" ] && [ "$ksig" = "$kserial" ] && [ "$(modinfo -F signer "$ko")" 
 else notok "signature of $ko: signer '$(modinfo -F signer "$ko" 2>/dev/null)', sig_key '$ksig', kernel key serial '$kserial'"; fi
 if grep -q "ib_register_peer_memory_client from $ofd/Module.symvers (exported by ib_core)" "$mlog" 2>/dev/null &&
 	grep -q "nvidia_p2p_\* from $tr/var/lib/dkms/nvidia/$nvv/build/Module.symvers" "$mlog"; then
-	ok "the build took OFED's Module.symvers from /usr/src/ofa_kernel/x86_64/$krel and NVIDIA's from /var/lib/dkms/nvidia/$nvv/build"
+	ok "the build took OFED's Module.symvers from /usr/src/ofa_kernel-dkms/x86_64/$krel and NVIDIA's from /var/lib/dkms/nvidia/$nvv/build"
 else notok "symvers discovery in the DKMS build" "$(grep 'peermem:' "$mlog" 2>/dev/null | head -n 6)"; fi
 # modversions: the CRCs the module carries are the exporters'.
 zstd -dc "$ko" >"$work/nvidia_peermem.ko" 2>/dev/null
@@ -196,13 +201,13 @@ done
 tr2=$work/sysroot-stale
 cp -a "$tr" "$tr2"
 awk -F'\t' -v OFS='\t' '$2 ~ /^ib_(un)?register_peer_memory_client$/ { $1 = "0x1badc0de" } { print }' \
-	"$ofd/Module.symvers" >"$tr2/usr/src/ofa_kernel/x86_64/$krel/Module.symvers"
+	"$ofd/Module.symvers" >"$tr2/usr/src/ofa_kernel-dkms/x86_64/$krel/Module.symvers"
 src=$work/src
 cp -a "/usr/src/peermem-$ver" "$src" 2>/dev/null
 PEERMEM_SYSROOT=$tr2 make -C "$src" KDIR="$mods/build" "${margs[@]}" PEERMEM_KUNIT=n -j2 >"$log/stale-build.log" 2>&1
 rc=$?
 got=$(mv_crc "$src/peermem.ko" ib_register_peer_memory_client)
-if [ "$rc" = 0 ] && grep -q "not using $tr2/usr/src/ofa_kernel/x86_64/$krel/Module.symvers: CRC of ib_register_peer_memory_client is 0x1badc0de but the installed .*ib_core.ko.zst has" "$log/stale-build.log" &&
+if [ "$rc" = 0 ] && grep -q "not using $tr2/usr/src/ofa_kernel-dkms/x86_64/$krel/Module.symvers: CRC of ib_register_peer_memory_client is 0x1badc0de but the installed .*ib_core.ko.zst has" "$log/stale-build.log" &&
 	[ -n "$got" ] && [ $((got)) = $((core_crc)) ]; then
 	ok "a stale OFED Module.symvers (CRC 0x1badc0de) is refused at build time, named in the build's output; the build took the installed ib_core's own exports (CRC $got)"
 else
@@ -215,7 +220,7 @@ grep 'peermem: not using' "$log/stale-build.log" | sed 's/^/# build: /'
 mkdir -p "$work/explicit"
 cp -a "/usr/src/peermem-$ver/." "$work/explicit/"
 make -C "$work/explicit" KDIR="$mods/build" "${margs[@]}" PEERMEM_KUNIT=n -j2 \
-	OFED_SYMVERS="$tr2/usr/src/ofa_kernel/x86_64/$krel/Module.symvers" \
+	OFED_SYMVERS="$tr2/usr/src/ofa_kernel-dkms/x86_64/$krel/Module.symvers" \
 	NV_SYMVERS="$tr/var/lib/dkms/nvidia/$nvv/build/Module.symvers" >"$log/explicit-build.log" 2>&1
 got=$(mv_crc "$work/explicit/peermem.ko" ib_register_peer_memory_client)
 if [ "$((got))" = $((0x1badc0de)) ]; then
@@ -239,6 +244,12 @@ else notok "unsigned drop-in build (log $log/dropin-build.log)"; fi
 for f in peermem.ko dropin/nvidia_peermem.ko gpusim.ko; do
 	[ -n "$(modinfo -F signer "$work/stage/$f" 2>/dev/null)" ] || notok "staged $f is signed"
 done
+
+# Every module build above went through the headers view: none may have
+# written into the kernel tree (the view is made of links into it).
+w=$(find "$KDIR" -newer "$work/t0" -not -path "$KDIR/modroot/*" 2>/dev/null | head -n 5)
+if [ -z "$w" ]; then ok "the module builds wrote nothing into the kernel tree behind the headers view"
+else notok "module builds wrote into $KDIR" "$w"; fi
 
 # --- the guest ------------------------------------------------------------------------
 make -C "$PEERMEM_ROOT/tests/guest/e2e" >"$log/e2e-build.log" 2>&1 || notok "build tests/guest/e2e (log $log/e2e-build.log)"
