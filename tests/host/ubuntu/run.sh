@@ -146,9 +146,11 @@ mkdir -p "$tr/var/lib/dkms/nvidia/$nvv/build" "$tr/var/lib/dkms/nvidia/$nvv/$kre
 cp "$PEERMEM_ROOT/tests/gpusim/Module.symvers" "$tr/var/lib/dkms/nvidia/$nvv/build/Module.symvers"
 ofd=$tr/usr/src/ofa_kernel-dkms/x86_64/$krel
 grep -P '\tib_(un)?register_peer_memory_client\t' "$KDIR/Module.symvers" >"$ofd/Module.symvers"
-# find-symvers.sh compares CRCs with the modules installed under the root.
-ln -s "$mods" "$tr/lib/modules/$krel"
 depmod "$krel"
+# find-symvers.sh compares CRCs with the modules installed under the root:
+# a copy (not a link: its find does not follow one, and then compares
+# nothing, which the first run of this test showed).
+mkdir -p "$tr/lib/modules/$krel" && cp -a "$mods/." "$tr/lib/modules/$krel/" && rm -f "$tr/lib/modules/$krel/$marker"
 mkdir -p /etc/dkms/framework.conf.d
 # shellcheck disable=SC2016  # $kernelver is dkms's
 printf '# peermem tests/host/ubuntu (removed after the test): sign with the key the rig kernel trusts\nmok_signing_key=/lib/modules/$kernelver/build/certs/signing_key.pem\nmok_certificate=/lib/modules/$kernelver/build/certs/signing_key.x509\n' >"$fwconf"
