@@ -31,14 +31,14 @@ finish() { echo "1..$n"; [ "$failed" = 0 ]; exit $?; }
 # reported as skipped with that cause (whatever they were), and a non-zero
 # exit caused by them alone is no failure.
 relay() {
-	local label=$1 out rc line d other=0 skipped=0; shift
+	local label=$1 out rc line d st other=0 skipped=0; shift
 	out=$("$@" 2>&1); rc=$?
 	while IFS= read -r line; do
 		if [[ $line =~ ^(not\ ok|ok)\ [0-9]+(\ -)?\ ?(.*)$ ]]; then
-			d=${BASH_REMATCH[3]}
+			d=${BASH_REMATCH[3]} st=${BASH_REMATCH[1]}
 			if [ -n "${SKIP_RE:-}" ] && [[ $d =~ $SKIP_RE ]]; then
-				ok "$label: $d (was: ${BASH_REMATCH[1]}) # SKIP $SKIP_WHY"; skipped=$((skipped + 1))
-			elif [ "${BASH_REMATCH[1]}" = ok ]; then ok "$label: $d"
+				ok "$label: $d (was: $st) # SKIP $SKIP_WHY"; skipped=$((skipped + 1))
+			elif [ "$st" = ok ]; then ok "$label: $d"
 			else nok "$label: $d"; other=$((other + 1)); fi
 		elif [[ $line =~ ^# ]]; then echo "$line"
 		elif [[ $line =~ ^1\.\. ]]; then :
