@@ -80,6 +80,10 @@ pm_stage "kernel $RIG_KVER ($variant, config $cfg_hash): toolchain check"
 for c in make clang-19 ld.lld-19 flex bison bc cpio rustc bindgen dpkg-deb; do
 	pm_need_cmd "$c" "run scripts/setup-host.sh (or the README's setup) first"
 done
+# gendwarfksyms (MODVERSIONS with Rust: the ubuntu variant) links libdw.
+if cat "${frags[@]}" | grep -qx 'CONFIG_GENDWARFKSYMS=y' && [ ! -f /usr/include/elfutils/libdw.h ]; then
+	pm_die "this variant has CONFIG_GENDWARFKSYMS, whose host tool needs libdw: apt-get install libdw-dev"
+fi
 export LIBCLANG_PATH=${LIBCLANG_PATH:-/usr/lib/llvm-19/lib}
 [ -d "$LIBCLANG_PATH" ] || pm_die "libclang not found at $LIBCLANG_PATH; apt-get install libclang-19-dev or set LIBCLANG_PATH"
 
