@@ -80,6 +80,10 @@ pm_stage "kernel $RIG_KVER ($variant, config $cfg_hash): toolchain check"
 for c in make clang-19 ld.lld-19 flex bison bc cpio rustc bindgen dpkg-deb; do
 	pm_need_cmd "$c" "run scripts/setup-host.sh (or the README's setup) first"
 done
+# gendwarfksyms (MODVERSIONS with Rust: the ubuntu variant) links libdw.
+if cat "${frags[@]}" | grep -qx 'CONFIG_GENDWARFKSYMS=y' && [ ! -f /usr/include/elfutils/libdw.h ]; then
+	pm_die "this variant has CONFIG_GENDWARFKSYMS, whose host tool needs libdw: apt-get install libdw-dev"
+fi
 export LIBCLANG_PATH=${LIBCLANG_PATH:-/usr/lib/llvm-19/lib}
 [ -d "$LIBCLANG_PATH" ] || pm_die "libclang not found at $LIBCLANG_PATH; apt-get install libclang-19-dev or set LIBCLANG_PATH"
 
@@ -161,12 +165,16 @@ if [ ! -f "$objdir/.config" ] || [ "$(cat "$objdir/.peermem-config-hash" 2>/dev/
 	kmake -s olddefconfig >/dev/null
 	echo "$cfg_hash" > "$objdir/.peermem-config-hash"
 fi
+# Each option is checked for the value its last fragment gives it (as
+# merge_config.sh applies them): a variant may override a base line, e.g.
+# the ubuntu variant's CONFIG_INFINIBAND=m over base.config's =y.
 bad=0
 while IFS= read -r line; do
 	case "$line" in CONFIG_*=n) opt=${line%%=*}; grep -q "^$opt=" "$objdir/.config" && { pm_log "config: $opt should be off"; bad=1; } ;;
 	CONFIG_*) grep -qx "$line" "$objdir/.config" || { pm_log "config: '$line' did not stick (a dependency is missing?)"; bad=1; } ;;
 	esac
-done < <(cat "${frags[@]}" | grep -v '^#' | sed 's/[[:space:]]*$//')
+done < <(cat "${frags[@]}" | grep -v '^#' | sed 's/[[:space:]]*$//' | grep '^CONFIG_' |
+	awk -F= '{ if (!($1 in v)) o[n++] = $1; v[$1] = $0 } END { for (i = 0; i < n; i++) print v[o[i]] }')
 [ "$bad" = 0 ] || { rm -f "$objdir/.peermem-config-hash"; pm_die "kernel config fragment does not apply cleanly to $RIG_KVER (lines above); fix tests/rig/*.config"; }
 
 target=all
@@ -184,6 +192,16 @@ if [ "$prepare_only" = 1 ]; then
 	[ -f "$objdir/Module.symvers" ] || : > "$objdir/Module.symvers"
 	touch "$objdir/$stamp"
 else
+	# A kernel with loadable modules (the ubuntu variant: RDMA as modules,
+	# signed and compressed at install) also gets them installed, as a
+	# distribution ships them, under $objdir/modroot/lib/modules/<release>;
+	# scripts/vm.sh shows that directory to the guest as /lib/modules.
+	if grep -q '^CONFIG_MODULES=y' "$objdir/.config" && grep -q '=m$' "$objdir/.config"; then
+		pm_stage "kernel: modules_install into $objdir/modroot"
+		rm -rf "$objdir/modroot"
+		kmake INSTALL_MOD_PATH="$objdir/modroot" modules_install >"$objdir/modules_install.log" 2>&1 ||
+			{ tail -n 20 "$objdir/modules_install.log" >&2; pm_die "make modules_install failed; log: $objdir/modules_install.log"; }
+	fi
 	touch "$objdir/$stamp"
 	ln -sfn "$objdir" "$PEERMEM_CACHE/linux-$RIG_KVER-$variant"
 fi
