@@ -24,6 +24,8 @@ APT_PKGS=(
 	# kernel and module build
 	build-essential flex bison bc cpio kmod xz-utils binutils rsync
 	libelf-dev libssl-dev python3 libclang-19-dev clang-19 lld-19 llvm-19
+	# gendwarfksyms (the ubuntu kernel variant's MODVERSIONS with Rust)
+	libdw-dev
 	# guest userspace (seen by the guest through the 9p root)
 	rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev
 	iproute2 perftest
