@@ -197,6 +197,22 @@ none:
 	return PEERMEM_NO_CHANNEL;
 }
 
+/* Is ch->fd still the file opened? 0, or -EBADF (closed or replaced). */
+static int fd_still_ours(struct peermem_channel *ch)
+{
+	struct stat st;
+
+	if (fstat(ch->fd, &st)) {
+		ch->fd = -1;	/* closed behind the library: whatever gets the number is not ours */
+		return -EBADF;
+	}
+	if (st.st_dev != ch->dev || st.st_ino != ch->ino || st.st_rdev != ch->rdev) {
+		ch->fd = -1;	/* someone else's file now: never read or close it */
+		return -EBADF;
+	}
+	return 0;
+}
+
 EXPORT int peermem_close(struct peermem_channel *ch)
 {
 	int r = 0;
@@ -213,7 +229,8 @@ EXPORT int peermem_close(struct peermem_channel *ch)
 	pthread_mutex_unlock(&reg_lock);
 	if (ch->map)
 		munmap(ch->map, PAGE_LEN);
-	if (ch->fd >= 0 && close(ch->fd))
+	/* Never close a file that took the number after ours was closed. */
+	if (ch->fd >= 0 && !fd_still_ours(ch) && close(ch->fd))
 		r = -errno;
 	pthread_mutex_destroy(&ch->lock);
 	free(ch);
@@ -235,20 +252,6 @@ EXPORT int peermem_changed(const struct peermem_channel *ch, uint64_t cursor)
 	return peermem_generation(ch) != cursor;
 }
 
-/* Is ch->fd still the file opened? 0, or -EBADF (closed or replaced). */
-static int fd_still_ours(struct peermem_channel *ch)
-{
-	struct stat st;
-
-	if (fstat(ch->fd, &st))
-		return -EBADF;
-	if (st.st_dev != ch->dev || st.st_ino != ch->ino || st.st_rdev != ch->rdev) {
-		ch->fd = -1;	/* someone else's file now: never read or close it */
-		return -EBADF;
-	}
-	return 0;
-}
-
 /* Record the generation the handlers have seen up to (it only grows). */
 static void seen_up_to(struct peermem_channel *ch, uint64_t g)
 {
@@ -261,7 +264,7 @@ EXPORT int peermem_drain(struct peermem_channel *ch,
 			 unsigned int max_records, uint64_t *cursor)
 {
 	struct peermem_event ev[BATCH];
-	unsigned int n = 0;
+	unsigned int n = 0, nread = 0;
 	uint64_t g0;
 	int r;
 
@@ -299,8 +302,8 @@ EXPORT int peermem_drain(struct peermem_channel *ch,
 		unsigned int want = BATCH, k, first = 0;
 		ssize_t got;
 
-		if (max_records && max_records - n < want)
-			want = max_records - n;
+		if (max_records && max_records - nread < want)
+			want = max_records - nread;
 		got = read(ch->fd, ev, want * sizeof(ev[0]));
 		if (got < 0) {
 			if (errno == EINTR)
@@ -320,6 +323,7 @@ EXPORT int peermem_drain(struct peermem_channel *ch,
 			break;
 		}
 		k = (unsigned int)(got / sizeof(ev[0]));
+		nread += k;
 		/* An overflow stands for everything read with it before it. */
 		for (unsigned int i = k; i-- > 0;)
 			if (ev[i].cause == PEERMEM_CAUSE_OVERFLOW) {
@@ -342,7 +346,7 @@ EXPORT int peermem_drain(struct peermem_channel *ch,
 				   ev[i].client, ev[i].generation);
 			n++;
 		}
-		if (max_records && n >= max_records) {
+		if (max_records && nread >= max_records) {
 			r = 0;
 			break;
 		}

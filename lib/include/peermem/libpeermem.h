@@ -71,8 +71,9 @@ int peermem_open(struct peermem_channel **chp, const char *path,
 		 unsigned int flags, int *reason);
 
 /*
- * Close the channel: closes the file, unmaps the page, frees the handle.
- * NULL: nothing, 0. Not while another call on ch runs in any thread, nor
+ * Close the channel: closes the file (unless its number was closed behind
+ * the library and now names another file), unmaps the page, frees the
+ * handle. NULL: nothing, 0. Not while another call on ch runs in any thread, nor
  * from a handler. In a forked child it closes the inherited descriptor
  * and frees the handle (the page was not inherited). Returns 0, or the
  * -errno of close() (the handle is freed anyway).
@@ -122,7 +123,7 @@ struct peermem_handlers {
 
 /*
  * Read the queued records and hand each to handlers (in generation order),
- * at most max_records of them (0: until the queue is empty). Never blocks
+ * reading at most max_records of them (0: until the queue is empty). Never blocks
  * on an empty queue. Calls on one channel are serialized (a mutex): a
  * second thread waits, then usually finds nothing left; the handlers run
  * in the draining thread with that mutex held and must not call
@@ -135,7 +136,7 @@ struct peermem_handlers {
  * everything up to (use it with peermem_changed()); also when nothing was
  * read because another thread drained first.
  *
- * Returns the number of records handed over (an overflow counts one), or
+ * Returns the number of handler calls (an overflow's flush counts one), or
  * -EINVAL (ch or handlers or a handler NULL, max_records > PEERMEM_DRAIN_MAX),
  * -EPERM (the channel is lost: this process did not open it, i.e. a forked
  * child, or the descriptor was passed on; flush and keep your hooks, or
