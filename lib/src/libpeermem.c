@@ -280,6 +280,13 @@ EXPORT int peermem_drain(struct peermem_channel *ch,
 	r = __atomic_load_n(&ch->lost, __ATOMIC_ACQUIRE);
 	if (r)
 		goto out;
+	if (getpid() != ch->pid) {
+		/* A child the fork handler did not run in (_Fork, clone): the
+		 * page is not mapped here, do not load from it. */
+		r = -EPERM;
+		set_lost(ch, r);
+		goto out;
+	}
 	/*
 	 * Every record of a generation up to g0 is queued (records are queued
 	 * before the counter moves): reading until the queue is empty covers g0.
@@ -287,11 +294,6 @@ EXPORT int peermem_drain(struct peermem_channel *ch,
 	g0 = peermem_generation(ch);
 	if (g0 == __atomic_load_n(&ch->seen, __ATOMIC_RELAXED))
 		goto out;	/* another thread drained it all */
-	if (getpid() != ch->pid) {
-		r = -EPERM;	/* a child the fork handler did not see (_Fork, clone) */
-		set_lost(ch, r);
-		goto out;
-	}
 	r = fd_still_ours(ch);
 	if (r) {
 		set_lost(ch, r);

@@ -192,7 +192,8 @@ static void *drainer(void *arg)
 			if (peermem_drain(mch, &h, &mt_base, 1 + (unsigned)(cur - cursors), cur) < 0)
 				__atomic_fetch_add(&drain_errors, 1, __ATOMIC_RELAXED);
 		} else {
-			sched_yield();
+			/* Not a spin: the guest may have fewer CPUs than threads. */
+			peermem_wait(mch, 20);
 		}
 	}
 	return NULL;
