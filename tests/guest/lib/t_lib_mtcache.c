@@ -237,9 +237,11 @@ static void *replacer(void *arg)
 		err = slot_replace(sl, how);
 		pthread_rwlock_unlock(&sl->lock);
 		if (err) {
+			/* The slot has no memory now: stop the run, it says why. */
 			r->fail++;
 			if (!r->first_error[0])
-				snprintf(r->first_error, sizeof(r->first_error), "%s", err);
+				snprintf(r->first_error, sizeof(r->first_error), "%s: %s", how_str[how], err);
+			__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
 			break;
 		}
 		r->replaced[how]++;
@@ -277,12 +279,21 @@ int main(void)
 	if (r)
 		bail("no revocation channel");
 
-	/* Fixed, 64 KiB aligned addresses: a reserved area, given back. */
-	area = mmap(NULL, (SLOTS + 1) * SLOT_LEN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/*
+	 * Fixed, 64 KiB aligned addresses, far below where mmap(NULL) places
+	 * mappings (top-down from the stack): while a slot is a hole (between
+	 * its munmap or mremap and the new allocation) another thread's
+	 * mmap(NULL) (a replacer's mremap target, malloc, libibverbs) would
+	 * otherwise take the hole first, as it is the highest gap that fits.
+	 */
+	area = MAP_FAILED;
+	for (uintptr_t hint = 0x100000000000UL; area == MAP_FAILED && hint <= 0x400000000000UL;
+	     hint += 0x080000000000UL)
+		area = mmap((void *)hint, SLOTS * SLOT_LEN, PROT_NONE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 	if (area == MAP_FAILED)
-		bail("mmap");
-	munmap(area, (SLOTS + 1) * SLOT_LEN);
-	area = (uint8_t *)(((uintptr_t)area + GPU_PAGE - 1) & ~(GPU_PAGE - 1));
+		bail("mmap of the slot area: %s", strerror(errno));
+	munmap(area, SLOTS * SLOT_LEN);
 	pthread_rwlockattr_init(&ra);
 	/* Writers first: a replacer must not starve behind a stream of workers. */
 	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
