@@ -21,6 +21,8 @@
  *
  *   - every get first asks peermem_changed() (one acquire load) and, if
  *     anything was revoked, drains the records into the tree;
+ *   - a miss on a range a PENDING entry (another thread registering it)
+ *     covers waits for that registration instead of making a second MR;
  *   - a miss inserts a PENDING entry, drops the mutex for ibv_reg_mr, takes
  *     it again and drains: a revocation of the new MR that another thread
  *     drained meanwhile found the pending entry and marked it stale, so
@@ -60,6 +62,7 @@ struct mtc_entry {
 
 struct mtcache {
 	pthread_mutex_t lock;
+	pthread_cond_t registered;		/* a PENDING entry was resolved */
 	struct itree tree;
 	struct mtc_entry lru;			/* list head: lru.next most recent */
 	struct peermem_channel *ch;		/* NULL: no channel, nothing cached */
@@ -70,7 +73,7 @@ struct mtcache {
 	int no_check;				/* tests: trust the tree without looking */
 	/* statistics (under lock) */
 	unsigned long hits, misses, records, flushes, dropped, evicted, retries,
-		uncached, drain_errors;
+		uncached, drain_errors, waits;
 };
 
 static void mtc_free_entry_(struct mtc_entry *e)
@@ -154,6 +157,7 @@ static int mtc_init(struct mtcache *c, struct ibv_pd *pd, int access, size_t max
 		return -EINVAL;
 	memset(c, 0, sizeof(*c));
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->registered, NULL);
 	c->lru.next = c->lru.prev = &c->lru;
 	c->pd = pd;
 	c->access = access;
@@ -180,6 +184,14 @@ static int mtc_covers_(struct itree_node *n, void *arg)
 		return 1;
 	}
 	return 0;
+}
+
+/* A PENDING entry covering the wanted range (being registered by another thread). */
+static int mtc_pending_(struct itree_node *n, void *arg)
+{
+	struct mtc_want_ *w = arg;
+
+	return !((struct mtc_entry *)n)->mr && n->start <= w->start && w->end <= n->end;
 }
 
 /* Evict least recently used entries nobody holds until within max_entries. */
@@ -214,9 +226,16 @@ static struct mtc_entry *mtc_get(struct mtcache *c, void *addr, size_t len)
 		return NULL;
 	}
 	pthread_mutex_lock(&c->lock);
+again:
 	if (!c->no_check)
 		mtc_sync_locked_(c);
 	if (c->ch) {
+		if (itree_visit(&c->tree, want.start, want.end, mtc_pending_, &want)) {
+			/* Another thread registers it: one MR, not two. */
+			c->waits++;
+			pthread_cond_wait(&c->registered, &c->lock);
+			goto again;
+		}
 		if (itree_visit(&c->tree, want.start, want.end, mtc_covers_, &want)) {
 			e = want.found;
 			e->refs++;
@@ -257,6 +276,7 @@ static struct mtc_entry *mtc_get(struct mtcache *c, void *addr, size_t len)
 		err = errno;
 		pthread_mutex_lock(&c->lock);
 		mtc_sync_locked_(c);	/* may mark e stale, or drop the channel */
+		pthread_cond_broadcast(&c->registered);	/* e is resolved below */
 		if (!mr || e->stale) {
 			if (e->in_tree) {
 				itree_remove(&c->tree, &e->node);
@@ -337,6 +357,7 @@ static void mtc_fini(struct mtcache *c)
 	pthread_mutex_unlock(&c->lock);
 	peermem_close(c->ch);
 	c->ch = NULL;
+	pthread_cond_destroy(&c->registered);
 	pthread_mutex_destroy(&c->lock);
 }
 

@@ -73,7 +73,7 @@ struct worker {
 struct replacer {
 	pthread_t t;
 	uint64_t rng;
-	unsigned long replaced[NHOW], counted, fail;
+	unsigned long replaced[NHOW], counted, multi, fail;
 	char first_error[200];
 };
 
@@ -233,7 +233,12 @@ static void *replacer(void *arg)
 		usleep(1000 + rnd(&r->rng, 4000));	/* let the workers use what exists */
 		pthread_rwlock_wrlock(&sl->lock);
 		/* The MRs on this slot: each gets exactly one record now. */
-		r->counted += mtc_count(&mc, sl->addr, SLOT_LEN);
+		{
+			size_t k = mtc_count(&mc, sl->addr, SLOT_LEN);
+
+			r->counted += k;
+			r->multi += k > 1;	/* more than one MR on the range */
+		}
 		err = slot_replace(sl, how);
 		pthread_rwlock_unlock(&sl->lock);
 		if (err) {
@@ -252,7 +257,7 @@ static void *replacer(void *arg)
 int main(void)
 {
 	unsigned long rounds = 0, rdma = 0, bad_status = 0, bad_bytes = 0, bad_readback = 0, get_fail = 0;
-	unsigned long replaced[NHOW] = { 0 }, counted = 0, rfail = 0, total_repl = 0;
+	unsigned long replaced[NHOW] = { 0 }, counted = 0, multi = 0, rfail = 0, total_repl = 0;
 	struct peermem_info info;
 	pthread_rwlockattr_t ra;
 	uint8_t *area;
@@ -351,6 +356,7 @@ int main(void)
 			total_repl += R[i].replaced[h];
 		}
 		counted += R[i].counted;
+		multi += R[i].multi;
 		rfail += R[i].fail;
 		if (R[i].first_error[0])
 			diag("replacer %d: %s", i, R[i].first_error);
@@ -363,8 +369,8 @@ int main(void)
 	     rounds, secs, min_rounds, max_rounds, took, nworkers, nreplacers, rdma, total_repl,
 	     how_str[0], replaced[0], how_str[1], replaced[1], how_str[2], replaced[2], how_str[3],
 	     replaced[3]);
-	diag("cache: hits %lu misses %lu, events (records) %lu, flushes %lu, MRs dropped %lu, evicted %lu, registrations retried %lu, MRs held on replaced slots %lu; channel: generation %llu, drains %llu, overflows %llu",
-	     mc.hits, mc.misses, mc.records, mc.flushes, mc.dropped, mc.evicted, mc.retries, counted,
+	diag("cache: hits %lu misses %lu (waits for another thread's registration %lu), events (records) %lu, flushes %lu, MRs dropped %lu, evicted %lu, registrations retried %lu, MRs held on replaced slots %lu (replacements that found more than one: %lu); channel: generation %llu, drains %llu, overflows %llu",
+	     mc.hits, mc.misses, mc.waits, mc.records, mc.flushes, mc.dropped, mc.evicted, mc.retries, counted, multi,
 	     (unsigned long long)info.generation, (unsigned long long)info.drains,
 	     (unsigned long long)info.overflows);
 
