@@ -12,7 +12,10 @@
 #                             DROPIN=0 for peermem.ko, BOOT_LOAD=0, KERNELS="rel ...";
 #                             make dkms-uninstall removes it
 #   make deb                  the DKMS package dist/peermem-dkms_<ver>_all.deb
-#                             (the same choices as dkms-install)
+#                             (the same choices as dkms-install), and
+#                             libpeermem1 / libpeermem-dev (lib/deb.sh)
+#   make lib                  libpeermem, the user-space client of /dev/peermem
+#                             (make -C lib install DESTDIR=... PREFIX=/usr)
 #   make doctor               check this machine (scripts/doctor.sh)
 #   make dropin               build the drop-in (below) into dropin/, a copy
 #                             of the sources, beside ./peermem.ko (the tests
@@ -203,7 +206,7 @@ $(if $(shell command -v $(or $(BINDGEN),bindgen) 2>/dev/null),,$(call peermem-er
 $(if $(call kconfig,CONFIG_RUSTC_VERSION_TEXT),$(if $(call streq,$(call kconfig,CONFIG_RUSTC_VERSION_TEXT),"$(shell $(or $(RUSTC),rustc) --version 2>/dev/null)"),,$(call peermem-err,$(shell $(or $(RUSTC),rustc) --version) is not the $(call kconfig,CONFIG_RUSTC_VERSION_TEXT) that built KDIR=$(KDIR); Rust modules need the same compiler. Install it ($(rust-pkg-hint); elsewhere rustup toolchain install $(word 2,$(kernel-rustc-text))) and pass RUSTC= if it has another name, or rebuild the kernel)))
 endef
 
-.PHONY: all modules modules_install clean help dropin symvers dkms-install dkms-uninstall doctor deb
+.PHONY: all modules modules_install clean help dropin symvers dkms-install dkms-uninstall doctor deb lib
 all: modules
 
 modules:
@@ -251,6 +254,11 @@ dkms-uninstall:
 # `sudo apt install ./dist/peermem-dkms_<version>_all.deb`.
 deb:
 	@bash $(PEERMEM_DIR)/scripts/deb.sh --out $(PEERMEM_DIR)/dist $(if $(filter 0 n no,$(DROPIN)),--peermem) $(if $(filter 0 n no,$(BOOT_LOAD)),--no-boot-load)
+	@bash $(PEERMEM_DIR)/lib/deb.sh --out $(PEERMEM_DIR)/dist
+
+# libpeermem (lib/Makefile: lib/build/, make -C lib install).
+lib:
+	+$(MAKE) -C $(PEERMEM_DIR)/lib
 
 # Read-only checks of this machine for peermem (docs/troubleshooting.md).
 doctor:

@@ -1,0 +1,1 @@
+../../../include/uapi/peermem.h
