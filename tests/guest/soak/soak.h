@@ -272,12 +272,21 @@ static void round_once(struct worker *w, int may_exit)
 		if (gmem_free(w->fd, &g))
 			soak_error("thread %d: GPUSIM_IOC_FREE: %s", w->idx, strerror(errno));
 		g.handle = 0;
-		/* The free returned: every MR on it is revoked already. */
+		/*
+		 * Every MR on the freed memory is revoked: at once where the
+		 * client revokes inside the free callback (nvidia-peermem, the
+		 * reference client, peermem without a keeper pin), soon after
+		 * for peermem's nv_mem with its keeper pin, which keeps the
+		 * memory allocated until the revocation work item has run
+		 * (docs/module.md, "The keeper"): an RDMA until then reads the
+		 * old memory, never memory the driver gave to someone else. So
+		 * the check waits, as for munmap: an MR still usable after
+		 * 10 s (times the slowdown) is an error.
+		 */
 		for (i = 0; i < n; i++)
-			if (op_status(w, IBV_WR_RDMA_READ, w->h + CHUNK, 64, (uintptr_t)base[i],
-				      mr[i]->rkey) != 1)
-				soak_error("thread %d: an RDMA READ through an MR on freed GPU memory did not complete in error",
-					   w->idx);
+			if (!wait_revoked(w, mr[i], (uintptr_t)base[i], slow_s(10)))
+				soak_error("thread %d: an RDMA READ through an MR on freed GPU memory did not complete in error within %.0f s",
+					   w->idx, slow_s(10));
 		break;
 	case T_MUNMAP:
 	case T_MREMAP:
@@ -317,7 +326,7 @@ static void round_once(struct worker *w, int may_exit)
 		}
 		if (soak_revokes_on_unmap) {
 			atomic_fetch_add(&S->revoke_waits, 1);
-			if (!wait_revoked(w, mr[0], (uintptr_t)old, 10))
+			if (!wait_revoked(w, mr[0], (uintptr_t)old, slow_s(10)))
 				atomic_fetch_add(&S->revoke_late, 1);
 		}
 		break;
