@@ -171,6 +171,15 @@ static void insmod(const char *env, const char *def, const char *args)
 /* Make side s's peer client the only one loaded (the floor needs none). */
 static void use_side(int s)
 {
+	/*
+	 * gpusim holds its RM lock by default, as NVIDIA's driver does. NVIDIA's
+	 * nvidia-peermem (the invalidating 550 client) has the core's
+	 * mapping_lock <-> RM lock cycle (docs/module.md, "Locking"), which
+	 * lockdep reports in the debug rig and which is a real deadlock when a
+	 * free races a registration: its side runs with rm_lock=0, as in
+	 * tests/guest/e2e. peermem and the floor keep the lock.
+	 */
+	gs_knob("rm_lock", s == S_NV ? "0" : "1");
 	if (s == S_FLOOR)
 		return;
 	if (loaded(side_mod[!s]) && run("rmmod %s", side_mod[!s]))
