@@ -21,7 +21,7 @@
  * error; deregistration succeeds. At the end nothing is left.
  *
  * Bounded by time, not rounds (the rig may be slow): RMRACE_SECONDS
- * (default 150) split between the clients and phases; each phase must
+ * (default 70) split between the clients and phases; each phase must
  * reach RMRACE_MIN_ROUNDS (default 8) rounds per client.
  */
 #include "peermem_test.h"
@@ -77,7 +77,7 @@ struct racer {
 static void *race_free_marked(void *arg)
 {
 	struct racer *x = arg;
-	double end = now_s() + 5;
+	double end = now_s() + slow_s(5);
 
 	if (x->mark) {
 		while (mark_value(x->mark) == x->mark0 && now_s() < end)
@@ -226,7 +226,7 @@ static void run_client(int nc, double budget)
 
 int main(void)
 {
-	double budget = getenv("RMRACE_SECONDS") ? atof(getenv("RMRACE_SECONDS")) : 150;
+	double budget = getenv("RMRACE_SECONDS") ? atof(getenv("RMRACE_SECONDS")) : 70;
 
 	srandom(22);
 	rxe_up();
