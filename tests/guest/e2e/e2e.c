@@ -37,9 +37,13 @@
 #define SUB_OFF 70000UL			/* an unaligned sub-range of it */
 #define SUB_LEN 100000UL
 
-/* Poll @cond until it holds or @secs pass (teardown can be asynchronous). */
+/*
+ * Poll @cond until it holds or @secs pass (teardown can be asynchronous);
+ * @secs on a machine as fast as the reference, scaled by the guest's
+ * measured slowdown.
+ */
 #define WAIT_UNTIL(cond, secs) ({					\
-	double end_ = now_s() + (secs);					\
+	double end_ = now_s() + slow_s(secs);				\
 	int ok_;							\
 	while (!(ok_ = !!(cond)) && now_s() < end_)			\
 		usleep(50000);						\

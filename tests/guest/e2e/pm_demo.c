@@ -163,7 +163,7 @@ static void unmap_step(struct conn *c, struct ibv_mr *hmr, uint8_t *hbuf, int fd
 	a0 = read_ll("%s/address_changes", C->dbg);
 	rc = munmap(g2.p, len);
 	{
-		double end = now_s() + 20;
+		double end = now_s() + slow_s(20);
 
 		while (peer_stats(C->core_name, &s1) == 0 &&
 		       s1.invalidated_mrs == s0.invalidated_mrs && now_s() < end)
@@ -288,7 +288,7 @@ int main(int argc, char **argv)
 	say(rc == 0, "GPUSIM_IOC_FREE -> %d (gpusim calls the free callback of every pin on the memory: here the client's)",
 	    rc);
 	{
-		double end = now_s() + 20;
+		double end = now_s() + slow_s(20);
 
 		while (peer_stats(C->core_name, &s1) == 0 &&
 		       s1.invalidated_mrs == s0.invalidated_mrs && now_s() < end)
@@ -319,7 +319,7 @@ int main(int argc, char **argv)
 	conn_close(&c);
 	close(fd);
 	{
-		double end = now_s() + 20;
+		double end = now_s() + slow_s(20);
 
 		while ((peer_stats(C->core_name, &s1) || !e2e_core_balanced(&s1) ||
 			read_ll(GSDBG "live_mem_bytes") != 0) && now_s() < end)

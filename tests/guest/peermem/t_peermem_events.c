@@ -385,7 +385,7 @@ static void test_unmap_before_arm(struct chan *ch, int work_ms)
 	pthread_join(t, NULL);
 	pm_knob("inject_delay_get_pages_ms", 0);
 	/* The work item has run when address_changes moved (it waits work_ms). */
-	end = now_s() + 5;
+	end = now_s() + slow_s(5);
 	while (pm("address_changes") == ac0 && now_s() < end)
 		usleep(20000);
 	usleep(300000);
