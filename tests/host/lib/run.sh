@@ -20,7 +20,10 @@
 #  - man 3 libpeermem renders without a warning and names every function;
 #  - the interval tree of docs/examples/peermem_itree.h against a list
 #    (itree_test.c), and docs/examples/peermem_mtcache.h compiles;
-#  - lib/deb.sh builds libpeermem1 and libpeermem-dev with those files.
+#  - lib/deb.sh builds libpeermem1 and libpeermem-dev with those files;
+#    as root on a host without libpeermem: dpkg refuses -dev alone, installs
+#    both, a program built with the system's pkg-config runs, and purging
+#    both leaves nothing.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../../scripts/lib.sh"
@@ -153,6 +156,54 @@ make -C "$top/lib" B="$s/build" uninstall DESTDIR="$root" PREFIX=/usr LIBDIR="$l
 left=$(find "$root" -type f -o -type l | sed "s|^$root||" | grep -E 'peermem' || true)
 check "make -C lib uninstall removes every installed file${left:+ (left: $(echo $left))}" test -z "$left"
 
+# install_debs RUNTIME DEV VERSION: the packages as a user installs them
+# (dpkg -i on this host, as root, only when no libpeermem is installed
+# already), then a program built with the system's pkg-config alone, then
+# dpkg --purge leaves nothing behind.
+install_debs() {
+	local rt=$1 dev=$2 ver=$3 have left prog rc out
+	if [ "$(id -u)" != 0 ]; then ok "packages installed with dpkg -i # SKIP not root"; return; fi
+	have=$(dpkg-query -W -f '${Package} ${Status}\n' libpeermem1 libpeermem-dev 2>/dev/null | grep ' installed$')
+	if [ -n "$have" ]; then ok "packages installed with dpkg -i # SKIP this host has libpeermem installed ($have): not touched"; return; fi
+	# -dev alone: dpkg must refuse it (the dependency on the same version).
+	if dpkg -i "$dev" >"$s/dpkg-dev-alone.log" 2>&1; then
+		notok "dpkg -i libpeermem-dev without libpeermem1 is refused (it was installed)"
+	else
+		check "dpkg -i libpeermem-dev without libpeermem1 is refused (dependency)" grep -q 'libpeermem1' "$s/dpkg-dev-alone.log"
+	fi
+	dpkg --purge libpeermem-dev >/dev/null 2>&1
+	if ! dpkg -i "$rt" "$dev" >"$s/dpkg-i.log" 2>&1; then
+		notok "dpkg -i libpeermem1 libpeermem-dev"; sed 's/^/#   /' "$s/dpkg-i.log" | tail -n 5
+		dpkg --purge libpeermem-dev libpeermem1 >/dev/null 2>&1
+		return
+	fi
+	ok "dpkg -i libpeermem1 libpeermem-dev ($ver)"
+	check "installed: ldconfig knows libpeermem.so.1" bash -c "ldconfig -p | grep -q 'libpeermem.so.1 '"
+	out=$(pkg-config --modversion peermem 2>&1)
+	check "installed: the system's pkg-config finds peermem, the library's version ($out; staged peermem.pc: $pcver)" test "$out" = "$pcver"
+	prog=$s/installed_prog
+	printf '%s\n' '#include <peermem/libpeermem.h>' '#include <stdio.h>' \
+		'int main(void) { struct peermem_channel *ch; int why = 0;' \
+		'  int rc = peermem_open(&ch, "/nonexistent/peermem", 0, &why);' \
+		'  printf("%d %d %d\n", peermem_version() > 0, rc == PEERMEM_NO_CHANNEL && ch == NULL, why);' \
+		'  return 0; }' >"$prog.c"
+	# shellcheck disable=SC2046
+	if gcc -std=gnu11 -Wall -Wextra -Werror -o "$prog" "$prog.c" $(pkg-config --cflags --libs peermem) >"$s/inst-cc.log" 2>&1; then
+		out=$("$prog" 2>&1); rc=$?
+		check "installed: a program built with the system's pkg-config alone runs against /usr's library (no channel at a missing path: PEERMEM_NO_CHANNEL, reason -ENOENT; got '$out')" \
+			test "$rc $out" = "0 1 1 -2"
+	else
+		notok "installed: a program builds with \$(pkg-config --cflags --libs peermem)"; sed 's/^/#   /' "$s/inst-cc.log" | head -n 5
+	fi
+	check "installed: man -w 3 libpeermem finds the page" bash -c "man -w 3 libpeermem 2>/dev/null | grep -q '^/usr/share/man/man3/libpeermem.3'"
+	if dpkg --purge libpeermem-dev libpeermem1 >"$s/dpkg-purge.log" 2>&1; then
+		left=$(dpkg -L libpeermem1 libpeermem-dev 2>/dev/null | grep -c / ; ls /usr/include/peermem /usr/lib/*/libpeermem* /usr/lib/*/pkgconfig/peermem.pc 2>/dev/null)
+		check "dpkg --purge libpeermem-dev libpeermem1 leaves nothing (left: $left)" test "$left" = 0
+	else
+		notok "dpkg --purge libpeermem-dev libpeermem1"; sed 's/^/#   /' "$s/dpkg-purge.log" | tail -n 5
+	fi
+}
+
 # --- packages
 if command -v dpkg-deb >/dev/null && command -v dpkg-architecture >/dev/null; then
 	if debs=$(TMPDIR=$s bash "$top/lib/deb.sh" --out "$s/dist" 2>"$s/deb.log"); then
@@ -165,6 +216,7 @@ if command -v dpkg-deb >/dev/null && command -v dpkg-architecture >/dev/null; th
 			bash -c "for f in include/peermem/libpeermem.h include/peermem/peermem.h libpeermem.so libpeermem.a pkgconfig/peermem.pc man3/libpeermem.3.gz; do echo '$devc' | grep -q \"\$f\" || exit 1; done"
 		dep=$(dpkg-deb -f "$dev" Depends) ver=$(dpkg-deb -f "$rt" Version)
 		check "libpeermem-dev depends on libpeermem1 (= $ver) ($dep)" bash -c "echo '$dep' | grep -q 'libpeermem1 (= $ver)'"
+		install_debs "$rt" "$dev" "$ver"
 	else
 		notok "lib/deb.sh failed"; sed 's/^/#   /' "$s/deb.log" | tail
 	fi
