@@ -8,6 +8,7 @@ use super::events;
 use super::range::{GpuRange, GPU_PAGE_SIZE};
 use super::stats::{Stats, LAST_PIN, STATS, STATS_PFN};
 use super::{inject, Kind};
+use crate::kapi::cbref::CallbackRef;
 use crate::kapi::device::DmaDevice;
 use crate::kapi::mmu_notifier::AddressWatch;
 use crate::kapi::nvidia_p2p::{self, MappedTable, PageTable, PAGE_TABLE_FLAGS_CPU_CACHEABLE};
@@ -1166,13 +1167,7 @@ impl Registration {
         let taken = {
             let mut g = self.inner.lock();
             let ran = matches!(g.phase, Phase::Unpinning { callback_ran: true });
-            // After a put that returned 0 the reference is whoever's removes
-            // it first (the callback may still come, whatever the driver
-            // promises); after a refused put it stays for the callback.
-            let taken = match (&res, &callback_ref) {
-                (Ok(()), Some(cref)) => cref.take(),
-                _ => None,
-            };
+            let taken = take_after_put(&res, &callback_ref);
             g.phase = if ran {
                 Phase::Freed
             } else if persistent || taken.is_some() {
@@ -1192,21 +1187,7 @@ impl Registration {
         }
         match res {
             Ok(()) => {}
-            Err(e) if !persistent => {
-                // The driver refuses a put while the memory is being freed:
-                // the free callback is pending and returns its reference.
-                // Any other refusal leaves the pin with the driver until the
-                // memory is freed, when the callback comes all the same.
-                if e != EINVAL {
-                    self.stats().errors.inc();
-                    pr_warn!(
-                        "nvidia_p2p_put_pages failed ({}) for {:#x}+{:#x}; the GPU driver keeps the pages pinned until the memory is freed\n",
-                        e.to_errno(),
-                        self.range.aligned_start(),
-                        self.range.aligned_len()
-                    );
-                }
-            }
+            Err(e) if !persistent => self.report_watched_put_error(e),
             Err(e) => {
                 self.stats().errors.inc();
                 pr_err!(
@@ -1247,10 +1228,7 @@ impl Registration {
         let taken = {
             let mut g = self.inner.lock();
             let ran = matches!(g.watch_pin, WatchPin::Putting { callback_ran: true });
-            let taken = match (&res, &callback_ref) {
-                (Ok(()), Some(cref)) => cref.take(),
-                _ => None,
-            };
+            let taken = take_after_put(&res, &callback_ref);
             g.watch_pin = if ran || taken.is_some() {
                 WatchPin::Gone
             } else {
@@ -1260,18 +1238,41 @@ impl Registration {
         };
         self.stats().page_tables_unpinned.inc();
         if let Err(e) = res {
-            // EINVAL: the memory is being freed, its callback is pending.
-            if e != EINVAL {
-                self.stats().errors.inc();
-                pr_warn!(
-                    "nvidia_p2p_put_pages failed ({}) for {:#x}+{:#x}; the GPU driver keeps the pages pinned until the memory is freed\n",
-                    e.to_errno(),
-                    self.range.aligned_start(),
-                    self.range.aligned_len()
-                );
-            }
+            self.report_watched_put_error(e);
         }
         drop(taken);
+    }
+
+    /// A refused `nvidia_p2p_put_pages` of a pin with a free callback. The
+    /// driver refuses a put while the memory is being freed (`EINVAL`): the
+    /// callback is pending and returns its reference. Any other refusal
+    /// leaves the pin with the driver until the memory is freed, when the
+    /// callback comes all the same: counted and logged.
+    fn report_watched_put_error(&self, e: Error) {
+        if e == EINVAL {
+            return;
+        }
+        self.stats().errors.inc();
+        pr_warn!(
+            "nvidia_p2p_put_pages failed ({}) for {:#x}+{:#x}; the GPU driver keeps the pages pinned until the memory is freed\n",
+            e.to_errno(),
+            self.range.aligned_start(),
+            self.range.aligned_len()
+        );
+    }
+}
+
+/// The free callback's reference after a put: after a put that returned 0
+/// it is whoever's removes it first (the callback may still come, whatever
+/// the driver promises), so the put path takes it if it is still there;
+/// after a refused put it stays for the callback.
+fn take_after_put<T: Send + Sync>(
+    res: &Result,
+    callback_ref: &Option<CallbackRef<T>>,
+) -> Option<Arc<T>> {
+    match (res, callback_ref) {
+        (Ok(()), Some(cref)) => cref.take(),
+        _ => None,
     }
 }
 

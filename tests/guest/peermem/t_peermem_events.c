@@ -315,6 +315,55 @@ static void test_several(struct chan *ch)
 	gmem_free(gfd, &g[1]);
 }
 
+/*
+ * Two MRs on one range (a cache and the application both registered it)
+ * and a third on its second half: one revocation reports each, one
+ * record per MR with the MR's own range, in one generation step each.
+ */
+static void test_same_range(struct chan *ch, enum how how, unsigned int cause)
+{
+	struct peermem_event ev[8];
+	struct ibv_mr *mr[3];
+	int n, seen_whole = 0, seen_half = 0, gens_ok = 1;
+	long long g0, g1;
+	struct gmem g;
+	void *p;
+
+	alloc(&g, LEN);
+	p = g.p;
+	mr[0] = reg(&g);
+	mr[1] = reg(&g);
+	mr[2] = ibv_reg_mr(c.pd, (uint8_t *)g.p + LEN / 2, LEN / 2, MR_ACCESS);
+	if (!mr[2])
+		bail("ibv_reg_mr on the second half: %s", strerror(errno));
+	g0 = gen_of(ch->pg);
+	ok(revoke_by(&g, how) == 0, "same range, %s: revoking the range under three MRs succeeds", how_str[how]);
+	g1 = gen_of(ch->pg);
+	ok(g1 == g0 + 3, "same range, %s: the counter moved by three, one per MR (%lld -> %lld)",
+	   how_str[how], g0, g1);
+	n = drain(ch->fd, ev, 8);
+	for (int i = 0; i < n; i++) {
+		gens_ok &= ev[i].generation == (unsigned long long)(g0 + 1 + i) && ev[i].cause == cause &&
+			   !strcmp(ev[i].client, pm_name);
+		if (ev[i].start == (uintptr_t)p && ev[i].length == LEN)
+			seen_whole++;
+		else if (ev[i].start == (uintptr_t)p + LEN / 2 && ev[i].length == LEN / 2)
+			seen_half++;
+	}
+	ok(n == 3 && gens_ok && seen_whole == 2 && seen_half == 1,
+	   "same range, %s: three records, cause %s, generations %lld..%lld: two of the whole range, one of its second half (got %d: %d whole, %d half)",
+	   how_str[how], cause_str(cause), g0 + 1, g0 + 3, n, seen_whole, seen_half);
+	for (int i = 0; i < 3; i++)
+		ibv_dereg_mr(mr[i]);
+	if (how != FREE)
+		gmem_free(gfd, &g);
+	else
+		gmem_drop(&g);
+	usleep(200000);
+	ok(gen_of(ch->pg) == g1 && drain(ch->fd, ev, 8) == 0,
+	   "same range, %s: nothing more after deregistration and cleanup", how_str[how]);
+}
+
 /* ---- an unmap before get_pages arms the registration (issue 21, finding 4) ---- */
 
 struct late_unmap {
@@ -785,6 +834,8 @@ int main(void)
 	test_cause(&ch, MREMAP, PEERMEM_CAUSE_MOVE);
 	test_cause(&ch, MAPFIXED, PEERMEM_CAUSE_UNMAP);
 	test_several(&ch);
+	test_same_range(&ch, FREE, PEERMEM_CAUSE_GPU_FREE);
+	test_same_range(&ch, MUNMAP, PEERMEM_CAUSE_UNMAP);
 	test_unmap_before_arm(&ch, 0);
 	test_unmap_before_arm(&ch, 800);
 	test_lost_copy(&ch, 1);
