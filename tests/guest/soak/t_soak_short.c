@@ -1,23 +1,25 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * A short race soak for every run of the suite (the long one is
- * scripts/soak.sh): peermem with 3 processes of 2 threads for 150 s, in 6
- * epochs of 25 s with different delay knobs, the client unloaded and
+ * scripts/soak.sh): peermem with 3 processes of 2 threads for 90 s, in 6
+ * epochs of 15 s with different delay knobs, the client unloaded and
  * reloaded every 2 epochs. Bounded by time, not rounds, so that it never
  * meets the runner's per-test limit on a slow machine: it passes with at
- * least 24 rounds and a round in every epoch (an epoch whose slice passed
+ * least 12 rounds and a round in every epoch (an epoch whose slice passed
  * with none goes on until it has one). The debug rig does about 3.3 rounds
  * a second on an idle 2-core machine (about 450 here), a shared one at half
  * speed about 1.2 (about 150); one core shared by two rig guests did 26 in
- * 165 s (2026-11-26, two epochs with none before the rule above). 24 is 4 a
- * epoch. SOAK_SECONDS and SOAK_MIN_ROUNDS override.
+ * 165 s (2026-11-26, two epochs with none before the rule above). 12 is 2 an
+ * epoch. Was 150 s and 24 rounds; cut for CI's time budget (issue 27):
+ * longer soaks are scripts/soak.sh's, on request. SOAK_SECONDS and
+ * SOAK_MIN_ROUNDS override.
  */
 #include "soak.h"
 
 int main(void)
 {
 	struct soak_opts o = {
-		.rounds = 1000000, .min_rounds = 24, .seconds = 150, .procs = 3, .epochs = 6,
+		.rounds = 1000000, .min_rounds = 12, .seconds = 90, .procs = 3, .epochs = 6,
 		.reload_every = 2, .client = "peermem", .seed = 20261124,
 	};
 
