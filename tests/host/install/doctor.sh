@@ -58,6 +58,16 @@ else notok "doctor: versioned toolchain ($(line rustc); $(line bindgen))"; fi
 if line peermem | grep -q 'nvidia_peermem 0.2.0 loaded and registered (nv_mem, nv_mem_nc); live registrations 2, errors 0'; then
 	ok "doctor: peermem line reads the drop-in's version, clients and debugfs counters"
 else notok "doctor: peermem line: $(line peermem)"; fi
+# peermem.ko (not the drop-in) loaded: its own name in the peermem line,
+# and UCX finds none of the files it looks for.
+good "$dr"
+mv "$dr/sys/module/nvidia_peermem" "$dr/sys/module/peermem"
+mv "$dr/sys/kernel/debug/nvidia_peermem" "$dr/sys/kernel/debug/peermem"
+rundoc
+if line peermem | grep -qE '^PASS +peermem: peermem 0\.2\.0 loaded and registered \(nv_mem, nv_mem_nc\)' &&
+	line stack-UCX | grep -q '^WARN .*finds none'; then
+	ok "doctor: peermem.ko loaded: PASS peermem with its own name, WARN stack-UCX (finds none)"
+else notok "doctor: peermem.ko loaded: $(line peermem); $(line stack-UCX)"; fi
 
 # broken CHECK WANT(FAIL|WARN) REGEX DESC: break with the commands on stdin.
 broken() {
