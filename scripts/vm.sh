@@ -2,6 +2,8 @@
 # Boot the rig kernel under QEMU, run tests in it, fail on any kernel report.
 #
 #   scripts/vm.sh [options] [--] TEST...     run test executables, print TAP
+#                       (TEST@NAME=VALUE[@NAME=VALUE...]: that test alone
+#                       with NAME set, labelled with the suffix)
 #   scripts/vm.sh [options] --cmd 'COMMAND'  run one shell command, show its output
 #
 # Options:
@@ -86,6 +88,13 @@ if [ "$have_cmd" = 1 ]; then
 	list+=("$PWD"$'\tsh\t'"$cmd"); labels+=("cmd")
 else
 	for t in "${tests[@]}"; do
+		# TEST@NAME=VALUE...: an environment of this test's own.
+		tenv=
+		if [[ $t == *@* ]]; then
+			tenv=${t#*@} t=${t%%@*}
+			[[ $tenv =~ ^[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.,:/=+-]*(@[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.,:/=+-]*)*$ ]] ||
+				bad "test '$t@$tenv': want TEST@NAME=VALUE[@NAME=VALUE...] (values of letters, digits and _.,:/=+-)"
+		fi
 		[ -e "$t" ] || bad "test '$t' does not exist"
 		[ -f "$t" ] || bad "test '$t' is not a file"
 		[ -x "$t" ] || bad "test '$t' is not executable (chmod +x it)"
@@ -96,8 +105,13 @@ else
 			bad "test '$t' lives in ${abs%/*}, which the guest does not share (its /tmp, /run, /var/tmp are its own); put it elsewhere" ;;
 		esac
 		[[ $abs == *[$'\t\n']* ]] && bad "test path '$abs' has a tab or newline in it"
-		list+=("${abs%/*}"$'\texec\t'"$abs")
 		lbl=${abs#"$PEERMEM_ROOT"/}; lbl=${lbl#tests/}
+		if [ -n "$tenv" ]; then
+			list+=("${abs%/*}"$'\tsh\t'"export ${tenv//@/ }; exec $(printf '%q' "$abs")")
+			lbl+="@$tenv"
+		else
+			list+=("${abs%/*}"$'\texec\t'"$abs")
+		fi
 		labels+=("$lbl")
 	done
 fi

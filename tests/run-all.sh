@@ -153,7 +153,14 @@ done
 # vm-test-times.tsv, written by scripts/vm.sh; 20 s for a test never timed).
 # A job's TAP is printed whole when the job ends, in job order.
 gtests=()
-if wanted vm; then for t in tests/vm/t_*; do [ -f "$t" ] && [ -x "$t" ] && gtests+=("$t"); done; fi
+if wanted vm; then
+	for t in tests/vm/t_*; do
+		[ -f "$t" ] && [ -x "$t" ] || continue
+		# t_env also checks scripts/vm.sh's TEST@NAME=VALUE (its header).
+		[ "$t" = tests/vm/t_env ] && t+=@PEERMEM_T_ENV=per-test@PEERMEM_T_ENV2=a,b:c/d
+		gtests+=("$t")
+	done
+fi
 for d in tests/guest/*/; do
 	[ -d "$d" ] || continue
 	wanted "$(basename "$d")" || continue
@@ -209,8 +216,9 @@ if [ "$old_branch" != none ]; then
 		[ "${PEERMEM_OLD_BRANCH_ALL:-0}" = 1 ] || ! [[ ${t##*/} =~ $any_branch ]] || continue
 		btests+=("$t")
 	done < <(programs peermem e2e)
-	[ ${#btests[@]} -gt 0 ] && extra_job "peermem and e2e against NVIDIA $old_branch (gpusim branch=$old_branch; scripts/vm.sh)" \
-		"GPUSIM_ARGS=branch=$old_branch" "${btests[@]}"
+	# Each with gpusim's branch as its own environment (scripts/vm.sh's
+	# TEST@NAME=VALUE), dealt to the slots with the rest: no boot of their own.
+	for t in "${btests[@]}"; do gtests+=("$t@GPUSIM_ARGS=branch=$old_branch"); done
 fi
 
 # peermem and e2e again with gpusim's RM lock forced on (PEERMEM_RM_LOCK_RUN=1;

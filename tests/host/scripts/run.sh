@@ -146,6 +146,8 @@ fi
 expect_clean_error "scripts/vm.sh with no tests" "nothing to run" scripts/vm.sh
 expect_clean_error "scripts/vm.sh with a test that does not exist" "does not exist" scripts/vm.sh --kdir "$tmp/notakernel" tests/guest/nosuch/t_nothing
 : > "$tmp/t_notexec"
+expect_clean_error "scripts/vm.sh with a test environment that is not NAME=VALUE" "want TEST@NAME=VALUE" scripts/vm.sh 'tests/vm/t_env@NOT A NAME'
+expect_clean_error "scripts/vm.sh with a test environment value with a space" "want TEST@NAME=VALUE" scripts/vm.sh 'tests/vm/t_env@A=b c'
 expect_clean_error "scripts/vm.sh with a test that is not executable" "not executable" scripts/vm.sh "$tmp/t_notexec"
 expect_clean_error "scripts/vm.sh with a test in /tmp (not shared with the guest)" "does not share" scripts/vm.sh "$PEERMEM_ROOT/tests/vm/t_env" "$(cp tests/vm/t_env "$tmp/t_x" && echo "$tmp/t_x")"
 expect_clean_error "scripts/vm.sh with a missing bzImage" "no kernel image" scripts/vm.sh --kdir "$tmp/notakernel" tests/vm/t_env
