@@ -283,6 +283,10 @@ emit_test() {
 	*)  if [ "$bad_seen" = 0 ]; then tap not-ok "$lbl: exited with status $rc"
 	    elif [ -n "$plan" ] && [ "$plan" != "$seen" ]; then tap not-ok "$lbl: planned $plan results, printed $seen"; fi ;;
 	esac
+	# tests/vm/guest-init.sh: modules the test loaded and left loaded.
+	if [ -s "$out.left" ]; then
+		tap not-ok "$lbl: left module(s) loaded: $(tr '\n' ' ' < "$out.left")(the runner unloaded them; a test must unload what it loads, or the next test runs against them)"
+	fi
 }
 
 # --- boot and follow the console ------------------------------------------

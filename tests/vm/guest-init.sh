@@ -153,6 +153,14 @@ if [ -w /sys/module/kunit/parameters/filter_glob ]; then
 	export PEERMEM_KUNIT_SKIP_GLOB=rig-kunit-only-in-t_kunit
 fi
 
+# The modules loaded before any test: a test must unload what it loads
+# (the next one would otherwise run against them: a client left registered
+# under a name the next test's client takes, gpusim with another test's
+# branch). What one leaves is written to out/N.left, reported by
+# scripts/vm.sh as that test's failure, and unloaded here.
+declare -A mods0=()
+while read -r m _; do mods0[$m]=1; done < /proc/modules
+
 n=0
 last_end=${EPOCHSECONDS}
 while IFS=$'\t' read -r cwd kind cmd; do
@@ -176,6 +184,20 @@ while IFS=$'\t' read -r cwd kind cmd; do
 	# signal -1 from PID 1 reaches every process but PID 1 itself.
 	kill -KILL -1 2>/dev/null
 	wait 2>/dev/null
+	left=()
+	while read -r m _; do [ -n "${mods0[$m]:-}" ] || left+=("$m"); done < /proc/modules
+	if [ ${#left[@]} -gt 0 ]; then
+		echo "${left[*]}" > "$RES/out/$n.left"
+		# Newest first is the order /proc/modules lists them (users before
+		# what they use); files of killed processes may still be closing.
+		for try in 1 2 3 4 5; do
+			still=0
+			for m in "${left[@]}"; do [ -d "/sys/module/$m" ] && { rmmod "$m" 2>/dev/null || still=1; }; done
+			[ "$still" = 0 ] && break
+			sleep 1
+		done
+		[ "$still" = 0 ] || echo "(could not unload: $(for m in "${left[@]}"; do [ -d "/sys/module/$m" ] && printf '%s ' "$m"; done))" >> "$RES/out/$n.left"
+	fi
 	kmsg "end test $n: rc=$rc ms=$(( (t1 - t0) / 1000 ))"
 	last_end=${EPOCHSECONDS}
 done < "$RES/tests.list"

@@ -298,9 +298,12 @@ static void test_mr_is_not_nc(void)
 	ok(!moved, "none of nv_mem_nc's counters moved (%s)", moved ? moved : "none");
 
 	/* The free callback with a live mapping: the core invalidates the umem. */
-	ok(gmem_free(fd, &g) == 0 && pm("free_callbacks") == cb0 + 1 &&
-	   pm("invalidations_gpu_free") == inv0 + 1,
-	   "GPUSIM_IOC_FREE: nv_mem's free callback invalidates it through the core");
+	ok(gmem_free(fd, &g) == 0 && pm("free_callbacks") == cb0 + 1,
+	   "GPUSIM_IOC_FREE: nv_mem's free callback runs");
+	/* The revocation it queued: the core's invalidate, the unmap, the keeper's put. */
+	ok(wait_for(pm_no_keepers, 20) && pm("invalidations_gpu_free") == inv0 + 1,
+	   "nv_mem's revocation, queued by the callback, invalidated it through the core (invalidations_gpu_free %+lld)",
+	   pm("invalidations_gpu_free") - inv0);
 	umem_read(f, &u);
 	ok(u.invalidated == 1 && pmc_live_maps(PMDBG) == 0 && gs("live_dma_mappings") == 0,
 	   "the umem's invalidation notifier ran, the DMA mapping is gone (invalidated=%d)", u.invalidated);

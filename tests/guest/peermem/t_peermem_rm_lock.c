@@ -33,7 +33,8 @@ int main(void)
 	struct conn c;
 	struct gmem g;
 	struct ibv_mr *mr;
-	int fd;
+	long long inv;
+	int fd, done;
 
 	if (!getenv("GPUSIM_RM_LOCK"))
 		setenv("GPUSIM_RM_LOCK", "1", 1);
@@ -60,9 +61,11 @@ int main(void)
 	mr = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
 	ok(mr != NULL, "register it again");
 	ok(gmem_free(fd, &g) == 0, "free the GPU memory under the live MR (the free callback queues the revocation)");
-	ok(wait_for(pm_no_keepers, 20) && pm("invalidations_gpu_free") >= 1,
-	   "peermem invalidated the MR through the core (%lld) and put the keeper, after the callback",
-	   pm("invalidations_gpu_free"));
+	done = wait_for(pm_no_keepers, 20);
+	inv = pm("invalidations_gpu_free");
+	ok(done && inv >= 1,
+	   "peermem invalidated the MR through the core (invalidations_gpu_free %lld) and put the keeper, after the callback",
+	   inv);
 	ok(mr && ibv_dereg_mr(mr) == 0, "deregister the invalidated MR");
 	gmem_drop(&g);
 
@@ -73,5 +76,7 @@ int main(void)
 
 	close(fd);
 	conn_close(&c);
+	ok(run("rmmod peermem") == 0 && run("rmmod gpusim") == 0,
+	   "rmmod peermem and gpusim (the next test loads its own)");
 	return finish();
 }
