@@ -230,10 +230,30 @@ static void gs_check_zero(const char *when)
 	}
 }
 
+/*
+ * Unload the test client and gpusim: a test unloads what it loads (the
+ * runner fails one that leaves a module; the next test loads gpusim with
+ * arguments of its own, e.g. another branch).
+ */
+static void gs_unload(void)
+{
+	static const char *const mods[] = { "gpusim_testclient", "gpusim" };
+
+	for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
+		int r;
+
+		if (!module_loaded(mods[i]))
+			continue;
+		r = syscall(SYS_delete_module, mods[i], O_NONBLOCK) ? errno : 0;
+		ok(r == 0, "unload %s at the end (%s)", mods[i], r ? strerror(r) : "done");
+	}
+}
+
 static int gs_finish(void)
 {
 	gs_check_zero("at the end");
 	gs_reset_knobs();
+	gs_unload();
 	return finish();
 }
 

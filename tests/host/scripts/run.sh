@@ -267,7 +267,8 @@ f0=$nfail
 rc=$(PEERMEM_KNOWN_REPORTS="$tmp/known-reports" vm --test-timeout 10 --env PEERMEM_VM_SLOWDOWN=300 \
 	--env PMFIXTURE_KO="$scratch/pmfixture.ko" \
 	"$fix/t_pass" "$fix/t_fail" "$fix/t_silent" "$fix/t_kreport_warn" "$rmcycle" "$fix/t_kreport_kasan" \
-	"$fix/t_hang" "$fix/t_kreport_leak" "$fix/t_kmsg_unexpected" "$fix/t_checker_off" "$fix/t_slow" "$fix/t_kmsg_expected")
+	"$fix/t_hang" "$fix/t_kreport_leak" "$fix/t_kmsg_unexpected" "$fix/t_checker_off" "$fix/t_slow" "$fix/t_kmsg_expected" \
+	"$fix/t_leaves_module" "$fix/t_kreport_none")
 if [ "$rc" = 1 ]; then ok "a failing VM run exits 1"; else not_ok "a failing VM run exits 1 (got $rc)"; fi
 has "a passing test's results come through, renumbered" '^ok 1 - vm/fixtures/t_pass: first$'
 has "SKIP directives are kept" '^ok 2 - vm/fixtures/t_pass: second # SKIP'
@@ -301,6 +302,9 @@ has "a line allowed only during another test is a report here" '^not ok [0-9]+ -
 has "a checker switching itself off is a report of its test" '^not ok [0-9]+ - kernel report during test 10 \(vm/fixtures/t_checker_off\): DMA-API: cacheline tracking ENOMEM, dma-debug disabled'
 has "... and its leak check is failed with that cause, not read" '^not ok [0-9]+ - DMA-API leak check not done: the checker switched itself off during test 10 \(vm/fixtures/t_checker_off\): DMA-API: cacheline tracking ENOMEM'
 hasnt "no report is pinned on an innocent test" 'kernel report .*(t_pass|t_fail|t_silent|t_hang|t_slow)'
+has "a test that leaves a module loaded fails, naming it" '^not ok [0-9]+ - vm/fixtures/t_leaves_module: left module\(s\) loaded: pmfixture \(the runner unloaded them'
+has "... and the runner unloaded it: the next test loads it again" '^ok [0-9]+ - vm/fixtures/t_kreport_none: insmod pmfixture mode=none'
+hasnt "no other test is said to leave a module" 'vm/fixtures/t_(pass|fail|silent|kreport_[a-z]+|hang|kmsg_[a-z]+|checker_off|slow): left module'
 has "the test that writes an allowed line ran" '^ok [0-9]+ - vm/fixtures/t_kmsg_expected: wrote'
 hasnt "the line allowed during the test that writes it is no report" 'kernel report during test [0-9]+ \(vm/fixtures/t_kmsg_expected\)'
 other=$(grep -E '^not ok [0-9]+ - kernel report' "$tmp/vm.out" |
