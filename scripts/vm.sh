@@ -283,9 +283,16 @@ emit_test() {
 	*)  if [ "$bad_seen" = 0 ]; then tap not-ok "$lbl: exited with status $rc"
 	    elif [ -n "$plan" ] && [ "$plan" != "$seen" ]; then tap not-ok "$lbl: planned $plan results, printed $seen"; fi ;;
 	esac
-	# tests/vm/guest-init.sh: modules the test loaded and left loaded.
+	# tests/vm/guest-init.sh: modules the test left loaded, which it
+	# unloaded before the next test (that one loads its own, with its own
+	# arguments). Said, not failed: leaving gpusim loaded is a habit of many
+	# tests; failing to unload is a failure.
 	if [ -s "$out.left" ]; then
-		tap not-ok "$lbl: left module(s) loaded: $(tr '\n' ' ' < "$out.left")(the runner unloaded them; a test must unload what it loads, or the next test runs against them)"
+		if grep -q 'could not unload' "$out.left"; then
+			tap not-ok "$lbl: left module(s) loaded that the runner could not unload: $(tr '\n' ' ' < "$out.left")"
+		else
+			printf '# runner: %s left module(s) loaded: %s(unloaded before the next test)\n' "$lbl" "$(tr '\n' ' ' < "$out.left")"
+		fi
 	fi
 }
 

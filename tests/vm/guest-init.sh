@@ -153,11 +153,12 @@ if [ -w /sys/module/kunit/parameters/filter_glob ]; then
 	export PEERMEM_KUNIT_SKIP_GLOB=rig-kunit-only-in-t_kunit
 fi
 
-# The modules loaded before any test: a test must unload what it loads
-# (the next one would otherwise run against them: a client left registered
-# under a name the next test's client takes, gpusim with another test's
-# branch). What one leaves is written to out/N.left, reported by
-# scripts/vm.sh as that test's failure, and unloaded here.
+# The modules loaded before any test: what a test leaves loaded is
+# unloaded before the next one, which would otherwise run against it (a
+# client left registered under a name the next test's client takes, gpusim
+# with another test's branch: a CI failure, 2026-11-26). It is written to
+# out/N.left and said by scripts/vm.sh; a module that cannot be unloaded
+# fails the test.
 declare -A mods0=()
 while read -r m _; do mods0[$m]=1; done < /proc/modules
 
