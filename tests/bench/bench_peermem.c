@@ -280,6 +280,7 @@ static void fig_latency(int s, int round)
 		size_t len = sizes[i];
 		int reps = smoke ? 1 : len <= 2 * MIB ? 6 : len <= 64 * MIB ? 2 : 1;
 		long long c0 = gs("calls/get_pages"), p0 = gs("pages_pinned");
+		long long q0 = gs("calls/get_pages_persistent");
 		long long m0 = gs("calls/dma_map_pages"), d0 = gs("pages_dma_mapped");
 
 		size_str(len, ps, sizeof(ps));
@@ -297,8 +298,16 @@ static void fig_latency(int s, int round)
 			sample("regdereg_s", ps, s, round, t2 - t0);
 		}
 		if (len == 2 * MIB) {
-			sample("gpu_pins_per_reg", ps, s, round,
-			       (double)(gs("calls/get_pages") - c0) / reps);
+			long long c1 = gs("calls/get_pages"), q1 = gs("calls/get_pages_persistent");
+
+			sample("gpu_pins_per_reg", ps, s, round, (double)(c1 - c0) / reps);
+			/*
+			 * nvidia_p2p_get_pages_persistent calls: nv_mem's keeper
+			 * pin (issue 22); all pins: both entry points.
+			 */
+			sample("gpu_persistent_pins_per_reg", ps, s, round, (double)(q1 - q0) / reps);
+			sample("gpu_all_pins_per_reg", ps, s, round,
+			       (double)(c1 - c0 + q1 - q0) / reps);
 			sample("gpu_pages_pinned_per_reg", ps, s, round,
 			       (double)(gs("pages_pinned") - p0) / reps);
 			sample("gpu_dma_maps_per_reg", ps, s, round,
@@ -329,14 +338,22 @@ static void galloc(struct gmem *g, size_t len, const char *contig)
  * MR completes in error (WRITEs that still succeed are retried). For the
  * floor: until the free returned, which is after every free callback ran
  * (gpusim waits for them; the test client's unmaps its DMA mapping).
+ *
+ * Also: GPU free -> pins back, until gpusim's live pins are back to what
+ * they were before the registrations (every pin on the freed memory put:
+ * the driver may reuse it). A free callback's pin goes when its callback
+ * returns, inside the free; nv_mem's keeper pin (issue 22) stays until
+ * the revocation work item put it. Polled after the MR was seen revoked,
+ * so it is at least the revocation's time, by construction.
  */
 static void fig_free(int s, int round, int n)
 {
 	struct reg r[NFREE_MRS];
 	struct gmem g;
 	struct peer_stats st0, st1;
-	double t0, t1, t2;
+	double t0, t1, t2, t3;
 	int okw = 0, st;
+	long long lp0 = gs("live_pins");
 	char ps[8];
 
 	snprintf(ps, sizeof(ps), "%d", n);
@@ -384,8 +401,16 @@ static void fig_free(int s, int round, int n)
 				     q.callbacks);
 		}
 	}
+	while (gs("live_pins") > lp0) {
+		if (now_s() - t0 > 30)
+			bail("%s: %lld GPU pins still held 30 s after the free (%lld before the registrations)",
+			     side_name[s], gs("live_pins"), lp0);
+		usleep(50);
+	}
+	t3 = now_s();
 	sample("free_ioctl_s", ps, s, round, t1 - t0);
 	sample("free_revoke_s", ps, s, round, t2 - t0);
+	sample("free_unpinned_s", ps, s, round, t3 - t0);
 	for (int i = 0; i < n; i++)
 		dereg_or_bail(s, &r[i]);
 	gmem_drop(&g);
