@@ -1287,7 +1287,8 @@ int main(int argc, char **argv)
 	if (tap_mode) {
 		static const char *const figs[] = {
 			"reg_s", "dereg_s", "regdereg_s", "gpu_pins_per_reg",
-			"gpu_pages_pinned_per_reg", "free_revoke_s", "thr2_over_thr1",
+			"gpu_all_pins_per_reg", "gpu_pages_pinned_per_reg", "free_revoke_s",
+			"free_unpinned_s", "thr2_over_thr1",
 			"kmem_per_reg_bytes", "sg_entries_per_gib",
 		};
 
