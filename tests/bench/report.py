@@ -9,6 +9,10 @@ plots.
     report.py plot JSON PNG              latency vs size, log-log (matplotlib)
     report.py plot-pfn JSON PNG          bench_pfnmap's times, per part (matplotlib)
     report.py distortion PLAIN DEBUG     the debug kernel's ratios beside the plain one's
+    report.py compare BEFORE AFTER [FIGS] peermem before and after a change (two runs):
+                                         medians, after/before, nvidia-peermem's
+                                         after/before, pm/nv and pm/floor of each
+                                         (FIGS: figure names, comma-separated)
     report.py memdetail GUEST_OUTPUT     bench_peermem --memory-detail's breakdown
                                          of the memory figures by counter (Markdown)
 
@@ -554,6 +558,43 @@ def cmd_distortion(plain, debug, markdown=False):
                      for l in [head] + lines)
 
 
+def cmd_compare(before, after, markdown=False, only=None):
+    """Two runs of the same benchmark (peermem before and after a change):
+    peermem's medians, after / before, nvidia-peermem's after / before (the
+    same module in both runs: how far the run itself moved), and the
+    within-run ratios pm/nv and pm/floor of each run. only: figure names
+    (comma-separated) to keep, in the table's order."""
+    with open(before) as f:
+        a = json.load(f)
+    with open(after) as f:
+        b = json.load(f)
+    keep = set(only.split(",")) if only else None
+    head = ["figure", "peermem before", "peermem after", "after/before",
+            "nv after/before", "pm/nv before", "pm/nv after", "pm/floor before", "pm/floor after"]
+    lines = []
+    for fig, p, label, unit, better in rows(b):
+        if keep is not None and fig not in keep:
+            continue
+        key = "%s/%s" % (fig, p)
+        ea, eb = a["summary"].get(key, {}), b["summary"].get(key, {})
+        if not ea.get("peermem") and not eb.get("peermem"):
+            continue
+
+        def med(e, side):
+            return (e.get(side) or {}).get("median")
+
+        def over(x, y):
+            return None if x is None or y is None or y == 0 else x / y
+        lines.append([label, cell(ea.get("peermem"), unit), cell(eb.get("peermem"), unit),
+                      rfmt(over(med(eb, "peermem"), med(ea, "peermem"))),
+                      rfmt(over(med(eb, "nvidia-peermem"), med(ea, "nvidia-peermem"))),
+                      rfmt(ratio(a["summary"], key, "peermem", "nvidia-peermem")),
+                      rfmt(ratio(b["summary"], key, "peermem", "nvidia-peermem")),
+                      rfmt(ratio(a["summary"], key, "peermem", "floor")),
+                      rfmt(ratio(b["summary"], key, "peermem", "floor"))])
+    return grid(head, lines, markdown)
+
+
 # Counters of /proc/meminfo that are kernel memory the free-page count sees
 # (what is left of it after them: page allocations no counter names).
 MEM_NAMED = ["Slab", "SecPageTables", "PageTables", "KernelStack", "Percpu", "VmallocUsed"]
@@ -682,6 +723,8 @@ def main():
         cmd_plot_pfn(argv[0], argv[1])
     elif cmd == "distortion" and len(argv) == 2:
         print(cmd_distortion(argv[0], argv[1], md))
+    elif cmd == "compare" and len(argv) in (2, 3):
+        print("\n".join(cmd_compare(argv[0], argv[1], md, argv[2] if len(argv) == 3 else None)))
     elif cmd == "memdetail" and len(argv) == 1:
         print(cmd_memdetail(argv[0]))
     else:
