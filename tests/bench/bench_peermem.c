@@ -32,6 +32,11 @@
  *
  *   bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap]
  *                 [--events-only] [--memory-detail] [--profile SIDE BYTES|free N]
+ *                 [--only GROUPS]
+ *
+ * --only GROUPS: only these figure groups, comma-separated: latency,
+ * layers, free, munmap, events, threads, memory, sg (e.g. latency,free:
+ * what issue 22's keeper changes, in a fraction of the time).
  *
  * --memory-detail: only the kernel memory figures, each also broken down by
  * counter (slab cache, /proc/meminfo, /proc/vmstat) in "memdetail" lines
@@ -65,6 +70,19 @@ static const char *const side_def[2] = { "peermem.ko", "tests/nvpeermem/nvidia-p
 #define MAXS 4096			/* samples per series */
 
 static int rounds = 10, tap_mode, smoke, events_only;
+/* --only GROUPS: the figure groups measured (NULL: all). */
+static const char *only;
+
+/* Is figure group g (latency, layers, free, munmap, events, threads, memory, sg) measured? */
+static int want(const char *g)
+{
+	size_t n = strlen(g);
+
+	for (const char *p = only; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, g, n) && (p[n] == ',' || p[n] == '\0'))
+			return 1;
+	return !only;
+}
 /* --memory-detail: only the memory figures, each with its breakdown. */
 static int mem_detail;
 /* --profile: only N reg+dereg of BYTES on SIDE, for a profiler around the run. */
@@ -987,14 +1005,22 @@ static void run_side(int s, int round)
 	dereg_or_bail(s, &r);
 	if (mem_detail)
 		goto memory;
-	fig_latency(s, round);
-	fig_layers(s, round);
-	fig_free(s, round, 1);
-	fig_free(s, round, NFREE_MRS);
-	fig_munmap(s, round);
-	if (s == S_PM)
+	if (want("latency"))
+		fig_latency(s, round);
+	if (want("layers"))
+		fig_layers(s, round);
+	if (want("free")) {
+		fig_free(s, round, 1);
+		fig_free(s, round, NFREE_MRS);
+	}
+	if (want("munmap"))
+		fig_munmap(s, round);
+	if (s == S_PM && want("events"))
 		fig_free_events(round);
-	fig_threads(s, round);
+	if (want("threads"))
+		fig_threads(s, round);
+	if (!want("memory"))
+		goto sg;
 	/*
 	 * Many small registrations, so that what they hold outgrows what the
 	 * slab caches keep free (SLUB's per-CPU and partial slabs): counted in
@@ -1005,7 +1031,8 @@ memory:
 	fig_memory(s, round, large, smoke ? 2 : 4, 0);
 	fig_memory(s, round, 2 * MIB, smoke ? 4 : (int)(large / (2 * MIB)), 1);
 	fig_memory(s, round, large, smoke ? 2 : 4, 1);
-	if (!mem_detail)
+sg:
+	if (!mem_detail && want("sg"))
 		fig_sg(s, round);
 }
 
@@ -1093,6 +1120,8 @@ int main(int argc, char **argv)
 			mem_detail = 1;
 		else if (!strcmp(argv[i], "--tap"))
 			tap_mode = 1;
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else if (!strcmp(argv[i], "--profile") && i + 3 < argc) {
 			for (prof_side = 0; prof_side < NSIDES; prof_side++)
 				if (!strcmp(argv[i + 1], side_name[prof_side]))
@@ -1104,7 +1133,7 @@ int main(int argc, char **argv)
 			if (prof_side == NSIDES || prof_len % GPU_PAGE || !prof_len || prof_n < 1)
 				bail("--profile SIDE BYTES|free N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
 		} else
-			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--memory-detail] [--profile SIDE BYTES|free N]");
+			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--memory-detail] [--only GROUPS] [--profile SIDE BYTES|free N]");
 	}
 	if (rounds < 1 || rounds > 1000)
 		bail("--rounds must be 1..1000");
