@@ -249,6 +249,10 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 # One boot, the two programs one after the other (bench_peermem unloads
 # the peer clients it loaded; bench_pfnmap loads peermem with pfnmap=1).
 cmd="$mods $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib * 1024 * 1024))"
+# BENCH_PM_RM_LOCK=0 in the environment: peermem's side runs with gpusim's
+# rm_lock=0, as nvidia-peermem's (a before/after comparison with a module
+# from before issue 22's keeper, whose free callback has the RM cycle).
+[ "${BENCH_PM_RM_LOCK:-1}" = 0 ] && cmd="BENCH_PM_RM_LOCK=0 $cmd"
 if [ -n "$only" ]; then
 	cmd+=" --only $only"
 else
@@ -283,7 +287,7 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
 	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
 	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
-	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" \
+	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
 	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" \
