@@ -367,9 +367,22 @@ static void galloc(struct gmem *g, size_t len, const char *contig)
  * they were before the registrations (every pin on the freed memory put:
  * the driver may reuse it). A free callback's pin goes when its callback
  * returns, inside the free; nv_mem's keeper pin (issue 22) stays until
- * the revocation work item put it. Polled after the MR was seen revoked,
- * so it is at least the revocation's time, by construction.
+ * the revocation work item put it. Polled right after the MR was seen
+ * revoked (before the QPs the error completion killed are made again), so
+ * it is at least the revocation's time, by construction.
  */
+/* Polls until gpusim's live pins are back to lp0 (at most 30 s after t0); when. */
+static double wait_pins_back(int s, long long lp0, double t0)
+{
+	while (gs("live_pins") > lp0) {
+		if (now_s() - t0 > 30)
+			bail("%s: %lld GPU pins still held 30 s after the free (%lld before the registrations)",
+			     side_name[s], gs("live_pins"), lp0);
+		usleep(50);
+	}
+	return now_s();
+}
+
 static void fig_free(int s, int round, int n)
 {
 	struct reg r[NFREE_MRS];
@@ -406,6 +419,7 @@ static void fig_free(int s, int round, int n)
 				     side_name[s]);
 		}
 		t2 = now_s();
+		t3 = wait_pins_back(s, lp0, t0);
 		if (st < 0)
 			bail("%s: no completion for the RDMA WRITE after the free", side_name[s]);
 		peer_stats("nv_mem", &st1);
@@ -417,6 +431,7 @@ static void fig_free(int s, int round, int n)
 		sample("free_revoke_writes_ok", ps, s, round, okw);
 	} else {
 		t2 = t1;
+		t3 = wait_pins_back(s, lp0, t0);
 		for (int i = 0; i < n; i++) {
 			struct gpusim_tc_req q = { .id = r[i].id };
 
@@ -425,13 +440,6 @@ static void fig_free(int s, int round, int n)
 				     q.callbacks);
 		}
 	}
-	while (gs("live_pins") > lp0) {
-		if (now_s() - t0 > 30)
-			bail("%s: %lld GPU pins still held 30 s after the free (%lld before the registrations)",
-			     side_name[s], gs("live_pins"), lp0);
-		usleep(50);
-	}
-	t3 = now_s();
 	sample("free_ioctl_s", ps, s, round, t1 - t0);
 	sample("free_revoke_s", ps, s, round, t2 - t0);
 	sample("free_unpinned_s", ps, s, round, t3 - t0);
