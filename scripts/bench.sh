@@ -165,7 +165,13 @@ if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
 	else
 		rm -rf "$tree" && mkdir -p "$tree" || pm_die "cannot empty $tree"
 	fi
-	rsync -a --from0 --files-from="$manifest.new" --ignore-missing-args "$src/" "$tree/" ||
+	# By content, and without the checkout's times: a file whose content
+	# changed gets the time of the copy, so make rebuilds what depends on
+	# it. With the checkout's times (rsync -a), benchmarking one checkout
+	# after another (--src) left the first one's peermem.ko in place
+	# whenever the second's sources were older than that build: the
+	# keeper's first "after" run measured the module from before it.
+	rsync -a --no-times --checksum --from0 --files-from="$manifest.new" --ignore-missing-args "$src/" "$tree/" ||
 		pm_die "cannot copy the sources of $src into $tree"
 	mv "$manifest.new" "$manifest"
 else
