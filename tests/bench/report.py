@@ -570,7 +570,20 @@ def cmd_compare(before, after, markdown=False, only=None):
         b = json.load(f)
     keep = set(only.split(",")) if only else None
     head = ["figure", "peermem before", "peermem after", "after/before",
-            "nv after/before", "pm/nv before", "pm/nv after", "pm/floor before", "pm/floor after"]
+            "nv after/before", "pm/nv before", "pm/nv after", "pm/floor before", "pm/floor after",
+            "pm/nv per round before", "after"]
+
+    def per_round(doc, fig, p):
+        # The median over the rounds of (peermem's median / nvidia-peermem's
+        # median in that round): the sides take turns within a round, so
+        # this follows the host's load where the run's medians may not.
+        by = {}
+        for smp in doc["samples"]:
+            if smp["figure"] == fig and smp["param"] == p:
+                by.setdefault(smp["round"], {}).setdefault(smp["side"], []).append(smp["value"])
+        r = [pct(v["peermem"], 0.5) / pct(v["nvidia-peermem"], 0.5) for v in by.values()
+             if v.get("peermem") and v.get("nvidia-peermem") and pct(v["nvidia-peermem"], 0.5)]
+        return pct(r, 0.5) if r else None
     lines = []
     for fig, p, label, unit, better in rows(b):
         if keep is not None and fig not in keep:
@@ -591,7 +604,8 @@ def cmd_compare(before, after, markdown=False, only=None):
                       rfmt(ratio(a["summary"], key, "peermem", "nvidia-peermem")),
                       rfmt(ratio(b["summary"], key, "peermem", "nvidia-peermem")),
                       rfmt(ratio(a["summary"], key, "peermem", "floor")),
-                      rfmt(ratio(b["summary"], key, "peermem", "floor"))])
+                      rfmt(ratio(b["summary"], key, "peermem", "floor")),
+                      rfmt(per_round(a, fig, p)), rfmt(per_round(b, fig, p))])
     return grid(head, lines, markdown)
 
 
