@@ -44,6 +44,10 @@
 #                    /proc/meminfo, /proc/vmstat): OUT/memory-detail.md
 #                    (tests/bench/report.py memdetail) and the guest's
 #                    output OUT/memory-detail-output.txt
+#   --only GROUPS    only these figure groups of bench_peermem, comma-
+#                    separated: latency, layers, free, munmap, events,
+#                    threads, memory, sg (e.g. latency,free for issue 22's
+#                    keeper, before and after); no bench_pfnmap, no PFN plot
 #   --append ARGS    extra guest kernel command line (scripts/vm.sh
 #                    --append), for experiments; recorded in the results
 #   --skip-setup     do not run scripts/setup-host.sh
@@ -69,8 +73,8 @@ set -euo pipefail
 cd "$PEERMEM_ROOT"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-bad() { pm_usage_die "$*" 'scripts/bench.sh [--rounds N] [--kernel plain|debug] [--kdir DIR] [--large-mib N] [--pfn-mib N] [--mem SIZE] [--src DIR] [--out DIR] [--append ARGS] [--profile SPEC] [--memory-detail] [--callgraph] [--skip-setup] (--help)'; }
-rounds=10 kernel=plain kdir= large_mib=512 pfn_mib=16 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile= memdetail=0 callgraph=0
+bad() { pm_usage_die "$*" 'scripts/bench.sh [--rounds N] [--kernel plain|debug] [--kdir DIR] [--large-mib N] [--pfn-mib N] [--mem SIZE] [--src DIR] [--out DIR] [--only GROUPS] [--append ARGS] [--profile SPEC] [--memory-detail] [--callgraph] [--skip-setup] (--help)'; }
+rounds=10 kernel=plain kdir= large_mib=512 pfn_mib=16 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile= memdetail=0 callgraph=0 only=
 need() { [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || bad "option $1 needs a value"; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -83,6 +87,7 @@ while [ $# -gt 0 ]; do
 	--src) need "$@"; src=$2; shift 2 ;;
 	--out) need "$@"; out=$2; shift 2 ;;
 	--append) need "$@"; append+=" $2"; shift 2 ;;
+	--only) need "$@"; only=$2; shift 2 ;;
 	--profile) need "$@"; profile=$2; shift 2 ;;
 	--memory-detail) memdetail=1; shift ;;
 	--callgraph) callgraph=1; shift ;;
@@ -98,6 +103,8 @@ done
 [[ $pfn_mib =~ ^[0-9]+$ ]] && [ "$pfn_mib" -ge 1 ] && [ "$pfn_mib" -le 64 ] ||
 	bad "--pfn-mib wants 1..64 (MiB), got '$pfn_mib'"
 [ -z "$profile" ] || [ "$memdetail" = 0 ] || bad "--profile and --memory-detail are two different runs: pick one"
+[ -z "$only" ] || [[ $only =~ ^(latency|layers|free|munmap|events|threads|memory|sg)(,(latency|layers|free|munmap|events|threads|memory|sg))*$ ]] ||
+	bad "--only wants figure groups, comma-separated (latency, layers, free, munmap, events, threads, memory, sg), got '$only'"
 case "$kernel" in plain|debug) ;; *) bad "--kernel must be plain or debug, not '$kernel'" ;; esac
 if [ -n "$profile" ]; then
 	[[ $profile =~ ^(free|[0-9]+)(,([0-9]+)(,([12]))?)?$ ]] && [ "${BASH_REMATCH[1]}" != 0 ] ||
@@ -158,7 +165,13 @@ if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
 	else
 		rm -rf "$tree" && mkdir -p "$tree" || pm_die "cannot empty $tree"
 	fi
-	rsync -a --from0 --files-from="$manifest.new" --ignore-missing-args "$src/" "$tree/" ||
+	# By content, and without the checkout's times: a file whose content
+	# changed gets the time of the copy, so make rebuilds what depends on
+	# it. With the checkout's times (rsync -a), benchmarking one checkout
+	# after another (--src) left the first one's peermem.ko in place
+	# whenever the second's sources were older than that build: the
+	# keeper's first "after" run measured the module from before it.
+	rsync -a --no-times --checksum --from0 --files-from="$manifest.new" --ignore-missing-args "$src/" "$tree/" ||
 		pm_die "cannot copy the sources of $src into $tree"
 	mv "$manifest.new" "$manifest"
 else
@@ -242,8 +255,16 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 # One boot, the two programs one after the other (bench_peermem unloads
 # the peer clients it loaded; bench_pfnmap loads peermem with pfnmap=1).
 cmd="$mods $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib * 1024 * 1024))"
-cmd+=" && $mods PFNMAP_KO=$tree/tests/pfnmap/pfnmap_exporter.ko"
-cmd+=" $tree/tests/bench/bench_pfnmap --rounds $rounds --mib $pfn_mib"
+# BENCH_PM_RM_LOCK=0 in the environment: peermem's side runs with gpusim's
+# rm_lock=0, as nvidia-peermem's (a before/after comparison with a module
+# from before issue 22's keeper, whose free callback has the RM cycle).
+[ "${BENCH_PM_RM_LOCK:-1}" = 0 ] && cmd="BENCH_PM_RM_LOCK=0 $cmd"
+if [ -n "$only" ]; then
+	cmd+=" --only $only"
+else
+	cmd+=" && $mods PFNMAP_KO=$tree/tests/pfnmap/pfnmap_exporter.ko"
+	cmd+=" $tree/tests/bench/bench_pfnmap --rounds $rounds --mib $pfn_mib"
+fi
 rc=0
 scripts/vm.sh "${vmargs[@]}" --cmd "$cmd" \
 	>"$raw" 2>"$vmlog" || rc=$?
@@ -254,7 +275,10 @@ if [ "$rc" != 0 ]; then
 	pm_die "the benchmark run failed (guest output: $raw; runner log: $vmlog)"
 fi
 grep '^# ' "$raw" | sed 's/^# /bench: /' >&2 || true
-for f in regdereg_s pfn_send_s; do
+want=(regdereg_s pfn_send_s)
+[ -z "$only" ] || want=()
+[[ ,$only, == *,latency,* ]] && want=(regdereg_s)
+for f in "${want[@]}"; do
 	grep -q "^sample $f " "$raw" || pm_die "the guest output has no $f samples (guest output: $raw)"
 done
 
@@ -269,7 +293,7 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
 	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
 	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
-	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" \
+	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
 	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" \
@@ -279,11 +303,15 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 "$py" tests/bench/report.py table "$out/bench-results.json" --markdown > "$out/bench-table.md" ||
 	pm_die "cannot write $out/bench-table.md"
 if "$py" -c 'import matplotlib' 2>/dev/null; then
-	"$py" tests/bench/report.py plot "$out/bench-results.json" "$out/bench-latency.png" ||
-		pm_die "the plot failed"
-	"$py" tests/bench/report.py plot-pfn "$out/bench-results.json" "$out/bench-pfnmap.png" ||
-		pm_die "the PFN-map plot failed"
-	pm_log "bench: $out/bench-results.json, $out/bench-latency.png, $out/bench-pfnmap.png (run: $((t1 - t0)) s)"
+	if [ -z "$only" ] || [[ ,$only, == *,latency,* ]]; then
+		"$py" tests/bench/report.py plot "$out/bench-results.json" "$out/bench-latency.png" ||
+			pm_die "the plot failed"
+	fi
+	if [ -z "$only" ]; then
+		"$py" tests/bench/report.py plot-pfn "$out/bench-results.json" "$out/bench-pfnmap.png" ||
+			pm_die "the PFN-map plot failed"
+	fi
+	pm_log "bench: $out/bench-results.json and its plots (run: $((t1 - t0)) s)"
 else
 	pm_log "bench: no matplotlib for $py (scripts/setup-host.sh installs python3-matplotlib): no plot"
 	pm_log "bench: $out/bench-results.json (run: $((t1 - t0)) s)"

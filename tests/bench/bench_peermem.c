@@ -32,6 +32,11 @@
  *
  *   bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap]
  *                 [--events-only] [--memory-detail] [--profile SIDE BYTES|free N]
+ *                 [--only GROUPS]
+ *
+ * --only GROUPS: only these figure groups, comma-separated: latency,
+ * layers, free, munmap, events, threads, memory, sg (e.g. latency,free:
+ * what issue 22's keeper changes, in a fraction of the time).
  *
  * --memory-detail: only the kernel memory figures, each also broken down by
  * counter (slab cache, /proc/meminfo, /proc/vmstat) in "memdetail" lines
@@ -65,6 +70,19 @@ static const char *const side_def[2] = { "peermem.ko", "tests/nvpeermem/nvidia-p
 #define MAXS 4096			/* samples per series */
 
 static int rounds = 10, tap_mode, smoke, events_only;
+/* --only GROUPS: the figure groups measured (NULL: all). */
+static const char *only;
+
+/* Is figure group g (latency, layers, free, munmap, events, threads, memory, sg) measured? */
+static int want(const char *g)
+{
+	size_t n = strlen(g);
+
+	for (const char *p = only; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, g, n) && (p[n] == ',' || p[n] == '\0'))
+			return 1;
+	return !only;
+}
 /* --memory-detail: only the memory figures, each with its breakdown. */
 static int mem_detail;
 /* --profile: only N reg+dereg of BYTES on SIDE, for a profiler around the run. */
@@ -179,7 +197,13 @@ static void use_side(int s)
 	 * free races a registration: its side runs with rm_lock=0, as in
 	 * tests/guest/e2e. peermem and the floor keep the lock.
 	 */
-	gs_knob("rm_lock", s == S_NV ? "0" : "1");
+	/*
+	 * BENCH_PM_RM_LOCK=0: peermem's side without it too (a module from
+	 * before issue 22's keeper, whose free callback invalidates under RM,
+	 * has the same cycle; for a before/after comparison both run so).
+	 */
+	gs_knob("rm_lock", s == S_NV || (s == S_PM && getenv("BENCH_PM_RM_LOCK") &&
+					 !strcmp(getenv("BENCH_PM_RM_LOCK"), "0")) ? "0" : "1");
 	if (s == S_FLOOR)
 		return;
 	if (loaded(side_mod[!s]) && run("rmmod %s", side_mod[!s]))
@@ -280,6 +304,7 @@ static void fig_latency(int s, int round)
 		size_t len = sizes[i];
 		int reps = smoke ? 1 : len <= 2 * MIB ? 6 : len <= 64 * MIB ? 2 : 1;
 		long long c0 = gs("calls/get_pages"), p0 = gs("pages_pinned");
+		long long q0 = gs("calls/get_pages_persistent");
 		long long m0 = gs("calls/dma_map_pages"), d0 = gs("pages_dma_mapped");
 
 		size_str(len, ps, sizeof(ps));
@@ -297,8 +322,16 @@ static void fig_latency(int s, int round)
 			sample("regdereg_s", ps, s, round, t2 - t0);
 		}
 		if (len == 2 * MIB) {
-			sample("gpu_pins_per_reg", ps, s, round,
-			       (double)(gs("calls/get_pages") - c0) / reps);
+			long long c1 = gs("calls/get_pages"), q1 = gs("calls/get_pages_persistent");
+
+			sample("gpu_pins_per_reg", ps, s, round, (double)(c1 - c0) / reps);
+			/*
+			 * nvidia_p2p_get_pages_persistent calls: nv_mem's keeper
+			 * pin (issue 22); all pins: both entry points.
+			 */
+			sample("gpu_persistent_pins_per_reg", ps, s, round, (double)(q1 - q0) / reps);
+			sample("gpu_all_pins_per_reg", ps, s, round,
+			       (double)(c1 - c0 + q1 - q0) / reps);
 			sample("gpu_pages_pinned_per_reg", ps, s, round,
 			       (double)(gs("pages_pinned") - p0) / reps);
 			sample("gpu_dma_maps_per_reg", ps, s, round,
@@ -329,14 +362,35 @@ static void galloc(struct gmem *g, size_t len, const char *contig)
  * MR completes in error (WRITEs that still succeed are retried). For the
  * floor: until the free returned, which is after every free callback ran
  * (gpusim waits for them; the test client's unmaps its DMA mapping).
+ *
+ * Also: GPU free -> pins back, until gpusim's live pins are back to what
+ * they were before the registrations (every pin on the freed memory put:
+ * the driver may reuse it). A free callback's pin goes when its callback
+ * returns, inside the free; nv_mem's keeper pin (issue 22) stays until
+ * the revocation work item put it. Polled right after the MR was seen
+ * revoked (before the QPs the error completion killed are made again), so
+ * it is at least the revocation's time, by construction.
  */
+/* Polls until gpusim's live pins are back to lp0 (at most 30 s after t0); when. */
+static double wait_pins_back(int s, long long lp0, double t0)
+{
+	while (gs("live_pins") > lp0) {
+		if (now_s() - t0 > 30)
+			bail("%s: %lld GPU pins still held 30 s after the free (%lld before the registrations)",
+			     side_name[s], gs("live_pins"), lp0);
+		usleep(50);
+	}
+	return now_s();
+}
+
 static void fig_free(int s, int round, int n)
 {
 	struct reg r[NFREE_MRS];
 	struct gmem g;
 	struct peer_stats st0, st1;
-	double t0, t1, t2;
+	double t0, t1, t2, t3;
 	int okw = 0, st;
+	long long lp0 = gs("live_pins");
 	char ps[8];
 
 	snprintf(ps, sizeof(ps), "%d", n);
@@ -365,6 +419,7 @@ static void fig_free(int s, int round, int n)
 				     side_name[s]);
 		}
 		t2 = now_s();
+		t3 = wait_pins_back(s, lp0, t0);
 		if (st < 0)
 			bail("%s: no completion for the RDMA WRITE after the free", side_name[s]);
 		peer_stats("nv_mem", &st1);
@@ -376,6 +431,7 @@ static void fig_free(int s, int round, int n)
 		sample("free_revoke_writes_ok", ps, s, round, okw);
 	} else {
 		t2 = t1;
+		t3 = wait_pins_back(s, lp0, t0);
 		for (int i = 0; i < n; i++) {
 			struct gpusim_tc_req q = { .id = r[i].id };
 
@@ -386,6 +442,7 @@ static void fig_free(int s, int round, int n)
 	}
 	sample("free_ioctl_s", ps, s, round, t1 - t0);
 	sample("free_revoke_s", ps, s, round, t2 - t0);
+	sample("free_unpinned_s", ps, s, round, t3 - t0);
 	for (int i = 0; i < n; i++)
 		dereg_or_bail(s, &r[i]);
 	gmem_drop(&g);
@@ -962,14 +1019,22 @@ static void run_side(int s, int round)
 	dereg_or_bail(s, &r);
 	if (mem_detail)
 		goto memory;
-	fig_latency(s, round);
-	fig_layers(s, round);
-	fig_free(s, round, 1);
-	fig_free(s, round, NFREE_MRS);
-	fig_munmap(s, round);
-	if (s == S_PM)
+	if (want("latency"))
+		fig_latency(s, round);
+	if (want("layers"))
+		fig_layers(s, round);
+	if (want("free")) {
+		fig_free(s, round, 1);
+		fig_free(s, round, NFREE_MRS);
+	}
+	if (want("munmap"))
+		fig_munmap(s, round);
+	if (s == S_PM && want("events"))
 		fig_free_events(round);
-	fig_threads(s, round);
+	if (want("threads"))
+		fig_threads(s, round);
+	if (!want("memory"))
+		goto sg;
 	/*
 	 * Many small registrations, so that what they hold outgrows what the
 	 * slab caches keep free (SLUB's per-CPU and partial slabs): counted in
@@ -980,7 +1045,8 @@ memory:
 	fig_memory(s, round, large, smoke ? 2 : 4, 0);
 	fig_memory(s, round, 2 * MIB, smoke ? 4 : (int)(large / (2 * MIB)), 1);
 	fig_memory(s, round, large, smoke ? 2 : 4, 1);
-	if (!mem_detail)
+sg:
+	if (!mem_detail && want("sg"))
 		fig_sg(s, round);
 }
 
@@ -1068,6 +1134,8 @@ int main(int argc, char **argv)
 			mem_detail = 1;
 		else if (!strcmp(argv[i], "--tap"))
 			tap_mode = 1;
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else if (!strcmp(argv[i], "--profile") && i + 3 < argc) {
 			for (prof_side = 0; prof_side < NSIDES; prof_side++)
 				if (!strcmp(argv[i + 1], side_name[prof_side]))
@@ -1079,7 +1147,7 @@ int main(int argc, char **argv)
 			if (prof_side == NSIDES || prof_len % GPU_PAGE || !prof_len || prof_n < 1)
 				bail("--profile SIDE BYTES|free N: SIDE peermem, nvidia-peermem or floor; BYTES a multiple of 64 KiB up to --large");
 		} else
-			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--memory-detail] [--profile SIDE BYTES|free N]");
+			bail("usage: bench_peermem [--rounds N] [--large BYTES] [--smoke] [--tap] [--events-only] [--memory-detail] [--only GROUPS] [--profile SIDE BYTES|free N]");
 	}
 	if (rounds < 1 || rounds > 1000)
 		bail("--rounds must be 1..1000");
@@ -1262,7 +1330,8 @@ int main(int argc, char **argv)
 	if (tap_mode) {
 		static const char *const figs[] = {
 			"reg_s", "dereg_s", "regdereg_s", "gpu_pins_per_reg",
-			"gpu_pages_pinned_per_reg", "free_revoke_s", "thr2_over_thr1",
+			"gpu_all_pins_per_reg", "gpu_pages_pinned_per_reg", "free_revoke_s",
+			"free_unpinned_s", "thr2_over_thr1",
 			"kmem_per_reg_bytes", "sg_entries_per_gib",
 		};
 

@@ -9,6 +9,10 @@ plots.
     report.py plot JSON PNG              latency vs size, log-log (matplotlib)
     report.py plot-pfn JSON PNG          bench_pfnmap's times, per part (matplotlib)
     report.py distortion PLAIN DEBUG     the debug kernel's ratios beside the plain one's
+    report.py compare BEFORE AFTER [FIGS] peermem before and after a change (two runs):
+                                         medians, after/before, nvidia-peermem's
+                                         after/before, pm/nv and pm/floor of each
+                                         (FIGS: figure names, comma-separated)
     report.py memdetail GUEST_OUTPUT     bench_peermem --memory-detail's breakdown
                                          of the memory figures by counter (Markdown)
 
@@ -32,12 +36,16 @@ FIGURES = [
     ("core_reg_s", "2M", "  core + client only (umem_test), reg 2 MiB", "s", "low"),
     ("core_dereg_s", "2M", "  core + client only (umem_test), dereg 2 MiB", "s", "low"),
     ("gpu_pins_per_reg", "2M", "GPU pins (get_pages calls) per registration", "count", "low"),
+    ("gpu_persistent_pins_per_reg", "2M", "  GPU persistent pins (get_pages_persistent calls) per registration", "count", "low"),
+    ("gpu_all_pins_per_reg", "2M", "  GPU pins of both kinds per registration", "count", "low"),
     ("gpu_pages_pinned_per_reg", "2M", "GPU pages pinned per 2 MiB registration", "count", "low"),
     ("gpu_pages_dma_mapped_per_reg", "2M", "GPU pages DMA-mapped per 2 MiB registration", "count", "low"),
     ("free_revoke_s", "1", "GPU free -> MR revoked, 1 live MR", "s", "low"),
     ("free_revoke_s", "64", "GPU free -> MR revoked, 64 live MRs", "s", "low"),
     ("free_ioctl_s", "1", "  of which GPUSIM_IOC_FREE itself, 1 MR", "s", "low"),
     ("free_ioctl_s", "64", "  of which GPUSIM_IOC_FREE itself, 64 MRs", "s", "low"),
+    ("free_unpinned_s", "1", "GPU free -> every pin put, 1 live MR", "s", "low"),
+    ("free_unpinned_s", "64", "GPU free -> every pin put, 64 live MRs", "s", "low"),
     ("munmap_revoke_s", "1", "munmap -> MR revoked", "s", "low"),
     ("free_events_closed_s", "64", "GPUSIM_IOC_FREE, 64 MRs, /dev/peermem closed", "s", "low"),
     ("free_events_open_s", "64", "GPUSIM_IOC_FREE, 64 MRs, /dev/peermem open", "s", "low"),
@@ -550,6 +558,57 @@ def cmd_distortion(plain, debug, markdown=False):
                      for l in [head] + lines)
 
 
+def cmd_compare(before, after, markdown=False, only=None):
+    """Two runs of the same benchmark (peermem before and after a change):
+    peermem's medians, after / before, nvidia-peermem's after / before (the
+    same module in both runs: how far the run itself moved), and the
+    within-run ratios pm/nv and pm/floor of each run. only: figure names
+    (comma-separated) to keep, in the table's order."""
+    with open(before) as f:
+        a = json.load(f)
+    with open(after) as f:
+        b = json.load(f)
+    keep = set(only.split(",")) if only else None
+    head = ["figure", "peermem before", "peermem after", "after/before",
+            "nv after/before", "pm/nv before", "pm/nv after", "pm/floor before", "pm/floor after",
+            "pm/nv per round before", "after"]
+
+    def per_round(doc, fig, p):
+        # The median over the rounds of (peermem's median / nvidia-peermem's
+        # median in that round): the sides take turns within a round, so
+        # this follows the host's load where the run's medians may not.
+        by = {}
+        for smp in doc["samples"]:
+            if smp["figure"] == fig and smp["param"] == p:
+                by.setdefault(smp["round"], {}).setdefault(smp["side"], []).append(smp["value"])
+        r = [pct(v["peermem"], 0.5) / pct(v["nvidia-peermem"], 0.5) for v in by.values()
+             if v.get("peermem") and v.get("nvidia-peermem") and pct(v["nvidia-peermem"], 0.5)]
+        return pct(r, 0.5) if r else None
+    lines = []
+    for fig, p, label, unit, better in rows(b):
+        if keep is not None and fig not in keep:
+            continue
+        key = "%s/%s" % (fig, p)
+        ea, eb = a["summary"].get(key, {}), b["summary"].get(key, {})
+        if not ea.get("peermem") and not eb.get("peermem"):
+            continue
+
+        def med(e, side):
+            return (e.get(side) or {}).get("median")
+
+        def over(x, y):
+            return None if x is None or y is None or y == 0 else x / y
+        lines.append([label, cell(ea.get("peermem"), unit), cell(eb.get("peermem"), unit),
+                      rfmt(over(med(eb, "peermem"), med(ea, "peermem"))),
+                      rfmt(over(med(eb, "nvidia-peermem"), med(ea, "nvidia-peermem"))),
+                      rfmt(ratio(a["summary"], key, "peermem", "nvidia-peermem")),
+                      rfmt(ratio(b["summary"], key, "peermem", "nvidia-peermem")),
+                      rfmt(ratio(a["summary"], key, "peermem", "floor")),
+                      rfmt(ratio(b["summary"], key, "peermem", "floor")),
+                      rfmt(per_round(a, fig, p)), rfmt(per_round(b, fig, p))])
+    return grid(head, lines, markdown)
+
+
 # Counters of /proc/meminfo that are kernel memory the free-page count sees
 # (what is left of it after them: page allocations no counter names).
 MEM_NAMED = ["Slab", "SecPageTables", "PageTables", "KernelStack", "Percpu", "VmallocUsed"]
@@ -678,6 +737,8 @@ def main():
         cmd_plot_pfn(argv[0], argv[1])
     elif cmd == "distortion" and len(argv) == 2:
         print(cmd_distortion(argv[0], argv[1], md))
+    elif cmd == "compare" and len(argv) in (2, 3):
+        print("\n".join(cmd_compare(argv[0], argv[1], md, argv[2] if len(argv) == 3 else None)))
     elif cmd == "memdetail" and len(argv) == 1:
         print(cmd_memdetail(argv[0]))
     else:
