@@ -320,8 +320,14 @@ static int dmesg_count(const char *ere)
 static void lockdep_locks(char *out, size_t len)
 {
 	char line[512];
-	FILE *f = popen("dmesg | sed -n '/possible circular locking dependency/,/stack backtrace/p' | "
-			"grep -E -- '-> #[0-9]|is trying to acquire|already holding|lock\\(' | head -20", "r");
+	/*
+	 * The report's first 200 lines, only the frames of the core, the
+	 * clients, rxe and gpusim (stacks in short) and the lines that name
+	 * the locks.
+	 */
+	FILE *f = popen("dmesg | sed -n '/possible circular locking dependency/,$p' | head -200 | "
+			"grep -E -- '-> #[0-9]|is trying to acquire|already holding|lock\\(|\\(&|ib_|nv_|nvidia|gpusim|rxe|peer|ioctl' | "
+			"sed 's/^\\[ *[0-9.]*\\] //' | head -70", "r");
 	size_t o = 0;
 
 	out[0] = 0;
@@ -453,7 +459,7 @@ static void __attribute__((noreturn)) report_hang(pid_t pid)
 		     read_ll("/proc/sys/kernel/hung_task_timeout_secs"));
 	}
 	if (dmesg_has("possible circular locking dependency")) {
-		char locks[2048];
+		char locks[8192];
 
 		diag("lockdep's cycle report, the locks it names:");
 		lockdep_locks(locks, sizeof(locks));
@@ -486,7 +492,7 @@ int main(void)
 	const char *root = e2e_root();
 	double budget = getenv("RMRACE_SECONDS") ? atof(getenv("RMRACE_SECONDS")) : 60;
 	int min_rounds = getenv("RMRACE_MIN_ROUNDS") ? atoi(getenv("RMRACE_MIN_ROUNDS")) : 8;
-	char ko[600], locks[2048];
+	char ko[600], locks[8192];
 	long long total = 0, last_round = -1;
 	int lockdep_on, status, total_in = 0;
 	double limit, seen;
