@@ -325,7 +325,7 @@ static void lockdep_locks(char *out, size_t len)
 	 * clients, rxe and gpusim (stacks in short) and the lines that name
 	 * the locks.
 	 */
-	FILE *f = popen("dmesg | sed -n '/possible circular locking dependency/,$p' | head -200 | "
+	FILE *f = popen("dmesg | sed -n '/possible circular locking dependency/,/<\\/TASK>/p' | head -200 | "
 			"grep -E -- '-> #[0-9]|is trying to acquire|already holding|lock\\(|\\(&|ib_|nv_|nvidia|gpusim|rxe|peer|ioctl' | "
 			"sed 's/^\\[ *[0-9.]*\\] //' | head -70", "r");
 	size_t o = 0;
