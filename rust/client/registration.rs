@@ -5,13 +5,12 @@
 
 use super::events;
 use super::range::GpuRange;
-use super::source::gpu::{self, Keeper};
+use super::source::gpu::{self, Keeper, WatchFreed};
 use super::source::{pfn, GiveBack, Source};
 use super::stats::{Stats, STATS, STATS_PFN};
 use super::{inject, Kind};
 use crate::kapi::device::DmaDevice;
 use crate::kapi::mmu_notifier::AddressWatch;
-use crate::kapi::nvidia_p2p::PageTable;
 use crate::kapi::object_count::ObjectCount;
 use crate::kapi::peer_mem::Ticket;
 use crate::kapi::pfnmap::PfnRuns;
@@ -22,9 +21,6 @@ use crate::kapi::work::WorkItem;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
-
-/// A page table pinned for a registration (its free callback holds one).
-type Table = PageTable<Registration>;
 
 /// The memory a registration holds (`Phase::Pinned`), from its source
 /// (`super::source`).
@@ -61,31 +57,8 @@ enum Phase {
     CallbackPending,
 }
 
-/// `nv_mem`'s watch pin (non-persistent, with the free callback) when the
-/// phase holds a keeper (a persistent pin of the same range, the one that
-/// is mapped): docs/module.md, "The keeper". The watch only tells peermem
-/// that the memory is being freed; the keeper keeps it until peermem
-/// revoked the registration, so the free callback never waits.
-enum WatchPin {
-    /// No watch pin beside the phase's: `nv_mem_nc`, the PFN source, or
-    /// `nv_mem` without a keeper (the driver refused it: the phase holds
-    /// the pin with the callback, as before the keeper).
-    None,
-    /// `acquire` is pinning (the table is its local); a free callback
-    /// now only marks `gpu_freed`, and `acquire` declines.
-    Pinning,
-    /// Pinned; the free callback's registry entry holds a reference.
-    Held(Table),
-    /// `unpin_watch` is putting it back, outside the lock;
-    /// `callback_ran`: the free callback ran meanwhile.
-    Putting { callback_ran: bool },
-    /// Given back: put (and the callback's reference taken), or taken by
-    /// the free callback.
-    Gone,
-    /// Put (or the put was refused) and the callback's reference left in
-    /// the registry: the callback comes and only returns its reference.
-    CallbackPending,
-}
+/// `nv_mem`'s watch pin beside a keeper (see [`gpu::WatchPin`]).
+type WatchPin = gpu::WatchPin<Registration>;
 
 /// What the lock protects.
 struct Inner {
@@ -684,35 +657,18 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     let stats = reg.stats();
     stats.free_callbacks.inc();
     let mut g = reg.inner.lock();
-    let pin = core::mem::replace(&mut g.watch_pin, WatchPin::Gone);
-    match pin {
-        WatchPin::None => {
+    match g.watch_pin.freed(stats) {
+        WatchFreed::Unkept => {
             // No keeper: the pin with this callback is the phase's.
             drop(g);
             gpu_freed_unkept(reg);
             return;
         }
-        WatchPin::Pinning => {
-            // `acquire` holds the table still: it sees the mark and declines.
-            g.gpu_freed = true;
-        }
-        WatchPin::Held(pt) => {
-            pt.give_to_driver();
-            stats.page_tables_unpinned.inc();
-            g.gpu_freed = true;
-        }
-        WatchPin::Putting { .. } => {
-            // `unpin_watch` is giving the table back right now; it sees this.
-            g.watch_pin = WatchPin::Putting { callback_ran: true };
-            g.gpu_freed = true;
-        }
-        // The put was refused, or the callback took its reference before
-        // `unpin_watch` looked: this is that callback, nothing else to do.
-        WatchPin::CallbackPending => {}
-        WatchPin::Gone => {
-            stats.errors.inc();
-            pr_err!("free callback for a page table peermem no longer holds; ignoring it (a GPU driver bug)\n");
-        }
+        // `acquire` (pinning: it sees the mark and declines), the keeper
+        // and `unpin_watch` (putting: it sees the callback ran) learn that
+        // the memory is being freed.
+        WatchFreed::Freed => g.gpu_freed = true,
+        WatchFreed::Nothing => {}
     }
     // The keeper is pinned (maybe being mapped) and nothing revoked it
     // yet: queue the revocation. Under the lock, so that `release` (which
@@ -1077,34 +1033,12 @@ impl Registration {
     /// keeper), outside the lock, deciding about the free callback's
     /// reference as [`Registration::unpin`] does.
     fn unpin_watch(&self) {
-        let pending = {
-            let mut g = self.inner.lock();
-            match core::mem::replace(
-                &mut g.watch_pin,
-                WatchPin::Putting {
-                    callback_ran: false,
-                },
-            ) {
-                WatchPin::Held(pt) => pt.begin_put(),
-                other => {
-                    g.watch_pin = other;
-                    return;
-                }
-            }
+        let Some(pending) = self.inner.lock().watch_pin.begin_put() else {
+            return;
         };
         inject::DELAY_UNPIN_MS.delay();
         let (res, callback_ref) = pending.put();
-        let taken = {
-            let mut g = self.inner.lock();
-            let ran = matches!(g.watch_pin, WatchPin::Putting { callback_ran: true });
-            let taken = gpu::take_after_put(&res, &callback_ref);
-            g.watch_pin = if ran || taken.is_some() {
-                WatchPin::Gone
-            } else {
-                WatchPin::CallbackPending
-            };
-            taken
-        };
+        let taken = self.inner.lock().watch_pin.end_put(&res, &callback_ref);
         self.stats().page_tables_unpinned.inc();
         if let Err(e) = res {
             gpu::report_watched_put_error(self.stats(), &self.range, e);

@@ -22,7 +22,7 @@ use super::super::stats::{Stats, LAST_PIN};
 use crate::kapi::cbref::CallbackRef;
 use crate::kapi::device::PciDev;
 use crate::kapi::nvidia_p2p::{
-    self, FreeCallback, MappedTable, PageTable, PAGE_TABLE_FLAGS_CPU_CACHEABLE,
+    self, FreeCallback, MappedTable, PageTable, PendingPut, PAGE_TABLE_FLAGS_CPU_CACHEABLE,
 };
 use crate::kapi::print::warn_ratelimited;
 use crate::kapi::scatterlist::SgTable;
@@ -210,6 +210,112 @@ pub(in crate::client) fn take_after_put<T: Send + Sync>(
     match (res, callback_ref) {
         (Ok(()), Some(cref)) => cref.take(),
         _ => None,
+    }
+}
+
+/// `nv_mem`'s watch pin (non-persistent, with the free callback) when the
+/// phase holds a keeper (a persistent pin of the same range, the one that
+/// is mapped): docs/module.md, "The keeper". The watch only tells peermem
+/// that the memory is being freed; the keeper keeps it until peermem
+/// revoked the registration, so the free callback never waits. Kept under
+/// the registration lock; its methods are called with it held.
+pub(in crate::client) enum WatchPin<T: FreeCallback> {
+    /// No watch pin beside the phase's: `nv_mem_nc`, the PFN source, or
+    /// `nv_mem` without a keeper (the driver refused it: the phase holds
+    /// the pin with the callback, as before the keeper).
+    None,
+    /// `acquire` is pinning (the table is its local); a free callback
+    /// now only marks `gpu_freed`, and `acquire` declines.
+    Pinning,
+    /// Pinned; the free callback's registry entry holds a reference.
+    Held(PageTable<T>),
+    /// `unpin_watch` is putting it back, outside the lock;
+    /// `callback_ran`: the free callback ran meanwhile.
+    Putting { callback_ran: bool },
+    /// Given back: put (and the callback's reference taken), or taken by
+    /// the free callback.
+    Gone,
+    /// Put (or the put was refused) and the callback's reference left in
+    /// the registry: the callback comes and only returns its reference.
+    CallbackPending,
+}
+
+/// What the free callback found in the watch pin ([`WatchPin::freed`]).
+pub(in crate::client) enum WatchFreed {
+    /// No watch pin: the pin with this callback is the phase's (no keeper).
+    Unkept,
+    /// The memory is being freed: the watch pin was taken or is being put
+    /// (or `acquire` is pinning); the registration must be marked.
+    Freed,
+    /// Nothing more to do: the callback of a pin already put, or one for a
+    /// pin peermem no longer holds (a driver bug: counted, logged).
+    Nothing,
+}
+
+impl<T: FreeCallback> WatchPin<T> {
+    /// The free callback: the watch pin is the callback's now (`Gone`); a
+    /// held table goes to the driver (counted unpinned); a put in progress
+    /// learns that the callback ran.
+    pub(in crate::client) fn freed(&mut self, stats: &Stats) -> WatchFreed {
+        match core::mem::replace(self, WatchPin::Gone) {
+            WatchPin::None => WatchFreed::Unkept,
+            // `acquire` holds the table still: it sees the mark and declines.
+            WatchPin::Pinning => WatchFreed::Freed,
+            WatchPin::Held(pt) => {
+                pt.give_to_driver();
+                stats.page_tables_unpinned.inc();
+                WatchFreed::Freed
+            }
+            WatchPin::Putting { .. } => {
+                // `unpin_watch` is giving the table back right now; it sees this.
+                *self = WatchPin::Putting { callback_ran: true };
+                WatchFreed::Freed
+            }
+            // The put was refused, or the callback took its reference before
+            // `unpin_watch` looked: this is that callback, nothing else to do.
+            WatchPin::CallbackPending => WatchFreed::Nothing,
+            WatchPin::Gone => {
+                stats.errors.inc();
+                pr_err!("free callback for a page table peermem no longer holds; ignoring it (a GPU driver bug)\n");
+                WatchFreed::Nothing
+            }
+        }
+    }
+
+    /// `unpin_watch`: the put of a held watch pin begins (`Putting`), to
+    /// be made outside the lock; `None` if none is held.
+    pub(in crate::client) fn begin_put(&mut self) -> Option<PendingPut<T>> {
+        match core::mem::replace(
+            self,
+            WatchPin::Putting {
+                callback_ran: false,
+            },
+        ) {
+            WatchPin::Held(pt) => Some(pt.begin_put()),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+
+    /// The put [`WatchPin::begin_put`] began returned `res`: the watch pin
+    /// is `Gone`, or `CallbackPending` if the callback's reference stays in
+    /// the registry for it ([`take_after_put`]). Returns the reference the
+    /// put took, to drop outside the lock.
+    pub(in crate::client) fn end_put(
+        &mut self,
+        res: &Result,
+        callback_ref: &Option<CallbackRef<T>>,
+    ) -> Option<Arc<T>> {
+        let ran = matches!(self, WatchPin::Putting { callback_ran: true });
+        let taken = take_after_put(res, callback_ref);
+        *self = if ran || taken.is_some() {
+            WatchPin::Gone
+        } else {
+            WatchPin::CallbackPending
+        };
+        taken
     }
 }
 
