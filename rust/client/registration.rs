@@ -664,9 +664,9 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
             gpu_freed_unkept(reg);
             return;
         }
-        // `acquire` (pinning: it sees the mark and declines), the keeper
-        // and `unpin_watch` (putting: it sees the callback ran) learn that
-        // the memory is being freed.
+        // The memory is being freed: `acquire`, if still pinning, sees
+        // the mark and declines; `get_pages`/`dma_map` fail with EFAULT
+        // from now on; a live registration is revoked (below).
         WatchFreed::Freed => g.gpu_freed = true,
         WatchFreed::Nothing => {}
     }
