@@ -221,11 +221,11 @@ modules:
 # here (the copy has no tests/gpusim) and passed on.
 dropin-dir := $(PEERMEM_DIR)/dropin
 dropin-src := Kbuild Makefile scripts/bindgen.sh \
-	$(filter-out rust/ffi_generated.rs,$(patsubst $(PEERMEM_DIR)/%,%,$(wildcard $(PEERMEM_DIR)/rust/*.rs $(PEERMEM_DIR)/rust/*/*.rs $(PEERMEM_DIR)/rust/*.c $(PEERMEM_DIR)/include/*.h $(PEERMEM_DIR)/include/uapi/*.h)))
+	$(filter-out rust/ffi_generated.rs,$(patsubst $(PEERMEM_DIR)/%,%,$(wildcard $(PEERMEM_DIR)/rust/*.rs $(PEERMEM_DIR)/rust/*/*.rs $(PEERMEM_DIR)/rust/*/*/*.rs $(PEERMEM_DIR)/rust/*.c $(PEERMEM_DIR)/include/*.h $(PEERMEM_DIR)/include/uapi/*.h)))
 dropin:
 	@: $(strip $(peermem-check-tree) $(peermem-check-rust) $(peermem-check-symbols))
 	@mkdir -p $(dropin-dir)/rust/client $(dropin-dir)/rust/kapi $(dropin-dir)/include/uapi $(dropin-dir)/scripts
-	@cd $(PEERMEM_DIR) && for f in $(dropin-src); do cmp -s $$f $(dropin-dir)/$$f || cp -p $$f $(dropin-dir)/$$f || exit 1; done
+	@cd $(PEERMEM_DIR) && for f in $(dropin-src); do cmp -s $$f $(dropin-dir)/$$f || { mkdir -p $(dropin-dir)/$$(dirname $$f) && cp -p $$f $(dropin-dir)/$$f; } || exit 1; done
 	@# Sources the tree no longer has (a file moved) must not stay in the copy.
 	@cd $(dropin-dir) && for f in $$(find rust include -name '*.rs' -o -name '*.c' -o -name '*.h'); do \
 		case " $(dropin-src) rust/ffi_generated.rs " in *" $$f "*) ;; *) rm -f $$f ;; esac; done

@@ -7,16 +7,12 @@
 use super::range::{
     coalesce, count_segments, CoalesceError, GpuRange, SegmentLimits, GPU_PAGE_SIZE,
 };
-use super::Registration;
 use crate::kapi::nvidia_p2p::{
-    page_table_layout, version_compatible, MappedTable, PageTable, DMA_MAPPING_VERSION,
-    PAGE_SIZE_64KB, PAGE_TABLE_VERSION_V1, PAGE_TABLE_VERSION_V2,
+    page_table_layout, version_compatible, FreeCallback, MappedTable, PageTable,
+    DMA_MAPPING_VERSION, PAGE_SIZE_64KB, PAGE_TABLE_VERSION_V1, PAGE_TABLE_VERSION_V2,
 };
 use crate::kapi::scatterlist::SgTable;
 use kernel::prelude::*;
-
-/// A page table pinned for a registration.
-type Table = PageTable<Registration>;
 
 /// Why a page table is not usable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,8 +53,8 @@ pub(super) fn check_table_version(version: u32) -> core::result::Result<(), Tabl
 }
 
 /// Why a page table is not usable for `range`.
-pub(super) fn check_page_table(
-    pt: &Table,
+pub(super) fn check_page_table<T: FreeCallback>(
+    pt: &PageTable<T>,
     range: &GpuRange,
 ) -> core::result::Result<(), TableRefusal> {
     check_table_version(pt.version())?;
@@ -71,7 +67,7 @@ pub(super) fn check_page_table(
     Ok(())
 }
 
-fn check_table_shape(pt: &Table) -> core::result::Result<(), &'static str> {
+fn check_table_shape<T: FreeCallback>(pt: &PageTable<T>) -> core::result::Result<(), &'static str> {
     if pt.page_size_type() != PAGE_SIZE_64KB {
         return Err("its pages are not 64 KiB");
     }
@@ -81,8 +77,8 @@ fn check_table_shape(pt: &Table) -> core::result::Result<(), &'static str> {
     Ok(())
 }
 
-pub(super) fn check_dma_mapping(
-    m: &MappedTable<Registration>,
+pub(super) fn check_dma_mapping<T: FreeCallback>(
+    m: &MappedTable<T>,
 ) -> core::result::Result<(), &'static str> {
     let pt = m.table();
     if !version_compatible(m.version(), DMA_MAPPING_VERSION) {
@@ -108,8 +104,8 @@ fn pci_limits(
 
 /// The entries for the DMA addresses of `m`: contiguous pages coalesced
 /// within the device's segment limits.
-pub(super) fn map_pci(
-    m: &MappedTable<Registration>,
+pub(super) fn map_pci<T: FreeCallback>(
+    m: &MappedTable<T>,
     max_seg_size: u32,
     seg_boundary: u64,
 ) -> Result<SgTable> {

@@ -88,9 +88,9 @@ mod checks;
 pub(crate) mod events;
 pub(crate) mod inject;
 pub(crate) mod params;
-mod pfnmap;
 pub(crate) mod range;
 mod registration;
+mod source;
 pub(crate) mod stats;
 
 pub(crate) use registration::Registration;

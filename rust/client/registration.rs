@@ -3,18 +3,17 @@
 //! One registration: its states, and what each callback does to it (see
 //! the module documentation of `crate::client`).
 
-use super::checks::{check_dma_mapping, check_page_table, map_pci, report_refusal};
 use super::events;
-use super::range::{GpuRange, GPU_PAGE_SIZE};
-use super::stats::{Stats, LAST_PIN, STATS, STATS_PFN};
+use super::range::GpuRange;
+use super::source::gpu::{self, Keeper, WatchFreed};
+use super::source::{pfn, GiveBack, Source};
+use super::stats::{Stats, STATS, STATS_PFN};
 use super::{inject, Kind};
-use crate::kapi::cbref::CallbackRef;
 use crate::kapi::device::DmaDevice;
 use crate::kapi::mmu_notifier::AddressWatch;
-use crate::kapi::nvidia_p2p::{self, MappedTable, PageTable, PAGE_TABLE_FLAGS_CPU_CACHEABLE};
 use crate::kapi::object_count::ObjectCount;
 use crate::kapi::peer_mem::Ticket;
-use crate::kapi::pfnmap::{PfnMapping, PfnRuns};
+use crate::kapi::pfnmap::PfnRuns;
 use crate::kapi::print::warn_ratelimited;
 use crate::kapi::scatterlist::{SgTable, SgView};
 use crate::kapi::sync::{new_condvar, new_lock, CondVar, Lock, LockGuard};
@@ -23,32 +22,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-/// A page table pinned for a registration (its free callback holds one).
-type Table = PageTable<Registration>;
-
-/// Where a registration's memory comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Source {
-    /// GPU memory, pinned through `nvidia_p2p_get_pages*`.
-    Gpu,
-    /// PFN-mapped RAM the kernel does not manage (`super::pfnmap`): no
-    /// reference held; its blocking address watch revokes it.
-    Pfn,
-}
-
-/// The memory a registration holds (`Phase::Pinned`).
-pub(super) enum Pages {
-    /// A pinned GPU page table.
-    Gpu(Table),
-    /// The physical runs of a PFN-mapped range (nothing to give back).
-    Pfn(PfnRuns),
-}
+/// The memory a registration holds (`Phase::Pinned`), from its source
+/// (`super::source`).
+type Pages = super::source::Pages<Registration>;
 
 /// The memory a registration holds, mapped for the DMA device (`Phase::Mapped`).
-enum Mapped {
-    Gpu(MappedTable<Registration>),
-    Pfn(PfnMapping),
-}
+type Mapped = super::source::Mapped<Registration>;
 
 /// Where a registration is in its life (see the module documentation).
 enum Phase {
@@ -78,31 +57,8 @@ enum Phase {
     CallbackPending,
 }
 
-/// `nv_mem`'s watch pin (non-persistent, with the free callback) when the
-/// phase holds a keeper (a persistent pin of the same range, the one that
-/// is mapped): docs/module.md, "The keeper". The watch only tells peermem
-/// that the memory is being freed; the keeper keeps it until peermem
-/// revoked the registration, so the free callback never waits.
-enum WatchPin {
-    /// No watch pin beside the phase's: `nv_mem_nc`, the PFN source, or
-    /// `nv_mem` without a keeper (the driver refused it: the phase holds
-    /// the pin with the callback, as before the keeper).
-    None,
-    /// `acquire` is pinning (the table is its local); a free callback
-    /// now only marks `gpu_freed`, and `acquire` declines.
-    Pinning,
-    /// Pinned; the free callback's registry entry holds a reference.
-    Held(Table),
-    /// `unpin_watch` is putting it back, outside the lock;
-    /// `callback_ran`: the free callback ran meanwhile.
-    Putting { callback_ran: bool },
-    /// Given back: put (and the callback's reference taken), or taken by
-    /// the free callback.
-    Gone,
-    /// Put (or the put was refused) and the callback's reference left in
-    /// the registry: the callback comes and only returns its reference.
-    CallbackPending,
-}
+/// `nv_mem`'s watch pin beside a keeper (see [`gpu::WatchPin`]).
+type WatchPin = gpu::WatchPin<Registration>;
 
 /// What the lock protects.
 struct Inner {
@@ -193,25 +149,15 @@ impl Drop for Live {
     }
 }
 
-fn count_unpinned(stats: &Stats, pages: u32) {
-    stats.page_tables_unpinned.inc();
-    stats.pages_unpinned.add(u64::from(pages));
-    stats.bytes_unpinned.add(u64::from(pages) * GPU_PAGE_SIZE);
-}
-
 /// A new registration in `New` (counted in its source's or client's
 /// `objects_created`); `ENOMEM`.
-pub(super) fn new(
+fn new(
     kind: Kind,
     source: Source,
     range: GpuRange,
     watch: Option<AddressWatch<Registration>>,
 ) -> Result<Arc<Registration>> {
-    let stats = if source == Source::Pfn {
-        &STATS_PFN
-    } else {
-        kind.stats()
-    };
+    let stats = source.stats(kind);
     let gpu_watched = kind == Kind::Invalidating && source == Source::Gpu;
     let revoke_work = if gpu_watched {
         Some(WorkItem::new()?)
@@ -309,7 +255,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     // (or, for a persistent pin, nothing comes) and marks `gpu_freed`: the
     // driver frees the table when the callback returns.
     let callback = (!persistent).then(|| reg.clone());
-    let pt = match nvidia_p2p::get_pages(range.aligned_start(), range.aligned_len(), callback) {
+    let pt = match gpu::pin(&range, callback) {
         Ok(pt) => pt,
         Err(e) => {
             // Not GPU memory (EINVAL), or the driver could not pin it:
@@ -317,13 +263,12 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
             reg.stop_watch();
             stats.registrations_declined.inc();
             if e != EINVAL {
-                stats.errors.inc();
-                warn_ratelimited(c"nvidia_p2p_get_pages failed with an error other than EINVAL; treating the range as not GPU memory");
+                gpu::report_pin_failed(stats);
                 return None;
             }
             drop(reg);
             // Not GPU memory: PFN-mapped memory, if that source is on.
-            return super::pfnmap::acquire(kind, range);
+            return acquire_pfn(kind, range);
         }
     };
     stats.page_tables_pinned.inc();
@@ -331,30 +276,18 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     // the watch pin (so a free from here on calls the watch's callback),
     // still outside every lock of peermem and of the core's umem
     // (`acquire` runs under the core's client list mutex only).
-    // EINVAL: the address no longer resolves, the memory is being freed
-    // (its callback comes, or came): declined below.
+    // `Gone` (the memory is being freed): declined below.
     let mut keeper_gone = false;
     let keeper = if persistent {
         None
     } else {
-        match nvidia_p2p::get_pages::<Registration>(
-            range.aligned_start(),
-            range.aligned_len(),
-            None,
-        ) {
-            Ok(k) => {
-                stats.keeper_pins.inc();
-                Some(k)
-            }
-            Err(e) if e == EINVAL => {
+        match gpu::pin_keeper(stats, &range) {
+            Keeper::Pinned(k) => Some(k),
+            Keeper::Gone => {
                 keeper_gone = true;
                 None
             }
-            Err(e) => {
-                stats.keeper_pins_refused.inc();
-                report_keeper_refused(e);
-                None
-            }
+            Keeper::Refused => None,
         }
     };
     inject::DELAY_ACQUIRE_MS.delay();
@@ -365,9 +298,9 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         g.watch_pin = WatchPin::Gone;
         drop(g);
         pt.give_to_driver();
-        count_unpinned(stats, 0);
+        gpu::count_unpinned(stats, 0);
         if let Some(k) = keeper {
-            put_keeper_now(stats, k, 0);
+            gpu::put_keeper_now(stats, k, 0);
         }
         reg.stop_watch();
         stats.registrations_declined.inc();
@@ -378,17 +311,8 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     }
     // From here until the lock is dropped the callback cannot run: the
     // tables can be read.
-    stats.pages_pinned.add(u64::from(pt.entries()));
-    stats
-        .bytes_pinned
-        .add(u64::from(pt.entries()) * GPU_PAGE_SIZE);
-    // Both pins cover the range with one entry per page (the keeper's
-    // addresses may differ from the watch's: each RM client can have its
-    // own BAR1 mapping of the memory).
-    let checked = check_page_table(&pt, &range).and_then(|()| match &keeper {
-        Some(k) => check_page_table(k, &range),
-        None => Ok(()),
-    });
+    gpu::count_pinned(stats, pt.entries());
+    let checked = gpu::check_pins(&range, &pt, keeper.as_ref());
     // INVARIANT (below): pinned for the aligned range, the callback holds
     // `callback` (in the phase's table, or in the watch pin's).
     match keeper {
@@ -429,64 +353,59 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         return None;
     }
     if let Err(why) = checked {
-        stats.errors.inc();
         stats.registrations_declined.inc();
-        report_refusal(why, range.addr(), range.len());
+        gpu::report_refused(stats, &range, why);
         drop(g);
         reg.stop_watch();
         reg.unpin();
         return None;
     }
-    // The table's version and flags (v2 tables only) for debugfs; a
-    // CPU-cacheable (coherent) table is mapped like any other (docs/module.md).
+    // The table's version and flags for debugfs.
     let Phase::Pinned(Pages::Gpu(ref mapped_pt)) = g.phase else {
         // Stored just above, under the same lock.
         return None;
     };
-    let flags = mapped_pt.flags();
-    LAST_PIN.record(mapped_pt.version(), flags.unwrap_or(0));
-    if flags.is_some_and(|f| f & PAGE_TABLE_FLAGS_CPU_CACHEABLE != 0) {
-        stats.page_tables_cpu_cacheable.inc();
-    }
+    gpu::record_pin(stats, mapped_pt);
     drop(g);
     stats.registrations_acquired.inc();
     Some(reg)
 }
 
-/// Says, once per load and then rate-limited, that the GPU driver refused
-/// `nv_mem`'s keeper pin, and what that means.
-fn report_keeper_refused(e: Error) {
-    static REPORTED: AtomicBool = AtomicBool::new(false);
-    if !REPORTED.swap(true, Ordering::Relaxed) {
-        pr_warn!(
-            "the GPU driver refused a persistent pin (error {}) of memory it pinned with a free callback; such registrations fall back to one pin, and a GPU free racing their registration can deadlock with the driver's lock (counted in keeper_pins_refused; load peermem with enable_invalidate=0 to register persistently instead; docs/module.md, \"Locking\")\n",
-            e.to_errno()
-        );
-    } else {
-        warn_ratelimited(c"the GPU driver refused a keeper pin again (keeper_pins_refused); this registration falls back to one pin");
+/// `acquire` for a range the GPU source declined: claims it for the PFN
+/// source (`super::source::pfn`) if the source serves `kind` and the
+/// range is PFN-mapped RAM the kernel does not manage, or one PCI
+/// device's memory BAR. Its watch is a blocking one, armed before the
+/// range is looked at; `get_pages` reads the runs.
+fn acquire_pfn(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> {
+    if !pfn::serves(kind) {
+        return None;
     }
-}
-
-/// Puts a keeper back at once (`acquire` giving up), counting `pages`.
-fn put_keeper_now(stats: &Stats, k: Table, pages: u32) {
-    let (res, _) = k.begin_put().put();
-    stats.keeper_unpins.inc();
-    stats.pages_unpinned.add(u64::from(pages));
-    stats.bytes_unpinned.add(u64::from(pages) * GPU_PAGE_SIZE);
-    if let Err(e) = res {
-        stats.errors.inc();
-        pr_err!(
-            "nvidia_p2p_put_pages_persistent failed ({}) for a keeper pin; the GPU driver may keep the memory pinned\n",
-            e.to_errno()
-        );
+    let watch = pfn::new_watch()?;
+    let Ok(reg) = new(kind, Source::Pfn, range, Some(watch)) else {
+        pfn::report_oom();
+        return None;
+    };
+    let w = reg.watch.as_ref()?;
+    let (start, len) = pfn::watched_span(&range);
+    // Armed before the page tables are read.
+    // SAFETY: every path that gives up a reference to `reg` stops the watch
+    // first: the decline path below, and `release` before the core's
+    // reference goes.
+    if let Err(e) = unsafe { w.start(reg.as_arc_borrow(), start, len) } {
+        pfn::report_watch_failed(start, len, e);
+        return None;
     }
+    if !pfn::probe(&range) {
+        reg.stop_watch();
+        return None;
+    }
+    STATS_PFN.registrations_acquired.inc();
+    Some(reg)
 }
 
 /// Why `get_pages`/`dma_map` fail after a free callback.
 fn freed_error(reg: &Registration) -> Error {
-    reg.stats().errors.inc();
-    warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
-    EFAULT
+    gpu::freed_error(reg.stats())
 }
 
 /// Why `get_pages`/`dma_map` fail on a revoked registration.
@@ -521,7 +440,9 @@ pub(crate) fn get_pages(
     // PFN source: `acquire` only looked at the range; its walk is here,
     // under the umem's own lock rather than the core's global one.
     if reg.source == Source::Pfn && reg.pfn_unresolved() {
-        super::pfnmap::resolve(reg, &reg.range)?;
+        pfn::resolve(reg.watch.as_ref(), &reg.range, |runs, stale| {
+            reg.install_pfn(runs, stale)
+        })?;
     }
     let mut g = reg.inner.lock();
     if g.gpu_freed {
@@ -532,9 +453,7 @@ pub(crate) fn get_pages(
     }
     match g.phase {
         Phase::Pinned(ref pages) if g.ticket.is_none() => {
-            if let Pages::Pfn(runs) = pages {
-                super::pfnmap::check_access(runs, read_only)?;
-            }
+            pages.check_access(read_only)?;
             g.read_only = read_only;
             g.ticket = Some(ticket);
             // Revocation events: from now on a revocation is reported (and
@@ -606,19 +525,7 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
     // phase to end (`lock_settled`).
     let read_only = g.read_only;
     drop(g);
-    let result = match pt {
-        Pages::Gpu(pt) => dma_map_gpu(pt, pdev, max_seg_size, seg_boundary)
-            .map(|(sgt, m)| {
-                let n = m.table().entries();
-                (sgt, Mapped::Gpu(m), n)
-            })
-            .map_err(|(pt, e)| (Pages::Gpu(pt), e)),
-        Pages::Pfn(runs) => {
-            super::pfnmap::dma_map(runs, pdev, max_seg_size, seg_boundary, !read_only)
-                .map(|(sgt, m, n)| (sgt, Mapped::Pfn(m), n))
-                .map_err(|(runs, e)| (Pages::Pfn(runs), e))
-        }
-    };
+    let result = pt.dma_map(pdev, max_seg_size, seg_boundary, read_only);
     // Nothing changed meanwhile but `gpu_freed`: every other path waited
     // (an address change marks the registration revoked only after this
     // phase ends); the free callback of a registration with a keeper does
@@ -632,7 +539,7 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
             warn_ratelimited(c"the GPU memory was freed while it was being registered; the registration fails with EFAULT");
             // Counted as made, so that the unmap balances it.
             stats.dma_maps.inc();
-            Err((unmap_locked(stats, mapped), EFAULT))
+            Err((mapped.unmap(stats), EFAULT))
         }
         other => other,
     };
@@ -657,45 +564,6 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
     out
 }
 
-/// `dma_map` of a GPU page table (outside the registration lock).
-fn dma_map_gpu(
-    pt: Table,
-    pdev: &crate::kapi::device::PciDev,
-    max_seg_size: u32,
-    seg_boundary: u64,
-) -> core::result::Result<(SgTable, MappedTable<Registration>), (Table, Error)> {
-    match pt.dma_map(pdev) {
-        Err((pt, e)) => {
-            warn_ratelimited(
-                c"nvidia_p2p_dma_map_pages failed; the registration fails with its error",
-            );
-            Err((pt, e))
-        }
-        Ok(m) => {
-            let checked = check_dma_mapping(&m).map_err(|why| {
-                pr_err!(
-                    "the GPU driver's DMA mapping is unusable: {}; refusing it\n",
-                    why
-                );
-                EINVAL
-            });
-            match checked.and_then(|()| map_pci(&m, max_seg_size, seg_boundary)) {
-                Ok(sgt) => Ok((sgt, m)),
-                Err(e) => {
-                    let (pt, res) = m.unmap();
-                    if let Err(ue) = res {
-                        pr_err!(
-                            "nvidia_p2p_dma_unmap_pages failed ({}) undoing a refused mapping\n",
-                            ue.to_errno()
-                        );
-                    }
-                    Err((pt, e))
-                }
-            }
-        }
-    }
-}
-
 /// Set once `dma_map` was called without a DMA device (see [`report_no_dma_device`]).
 static NO_DMA_DEVICE_REPORTED: AtomicBool = AtomicBool::new(false);
 
@@ -704,24 +572,6 @@ fn report_no_dma_device() {
     if !NO_DMA_DEVICE_REPORTED.swap(true, Ordering::Relaxed) {
         pr_err!("dma_map without a DMA device (NULL): the RDMA driver or the peer-memory core gives peermem no PCI device to map GPU memory for, and GPU peer-to-peer DMA needs one (a hardware RDMA adapter); every such registration on GPU memory fails with EINVAL (reported once)\n");
     }
-}
-
-/// Undoes a mapping (registration lock held by the caller); the page table stays pinned.
-fn unmap_locked(stats: &Stats, mapped: Mapped) -> Pages {
-    let mapped = match mapped {
-        Mapped::Gpu(m) => m,
-        Mapped::Pfn(m) => {
-            stats.dma_unmaps.inc();
-            return Pages::Pfn(m.unmap());
-        }
-    };
-    let (pt, res) = mapped.unmap();
-    if let Err(e) = res {
-        stats.errors.inc();
-        pr_err!("nvidia_p2p_dma_unmap_pages failed ({})\n", e.to_errno());
-    }
-    stats.dma_unmaps.inc();
-    Pages::Gpu(pt)
 }
 
 /// `dma_unmap`: undo `dma_map` (if the free callback did not already) and
@@ -746,11 +596,7 @@ pub(crate) fn put_pages(reg: &Registration) {
 
 /// `get_page_size`.
 pub(crate) fn page_size(reg: &Registration) -> u64 {
-    match reg.source {
-        // Every page table peermem keeps has 64 KiB pages (`check_page_table`).
-        Source::Gpu => GPU_PAGE_SIZE,
-        Source::Pfn => crate::kapi::pfnmap::PAGE_SIZE,
-    }
+    reg.source.page_size()
 }
 
 /// `release`: the core is done with the registration; `reg` is its reference.
@@ -811,35 +657,18 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     let stats = reg.stats();
     stats.free_callbacks.inc();
     let mut g = reg.inner.lock();
-    let pin = core::mem::replace(&mut g.watch_pin, WatchPin::Gone);
-    match pin {
-        WatchPin::None => {
+    match g.watch_pin.freed(stats) {
+        WatchFreed::Unkept => {
             // No keeper: the pin with this callback is the phase's.
             drop(g);
             gpu_freed_unkept(reg);
             return;
         }
-        WatchPin::Pinning => {
-            // `acquire` holds the table still: it sees the mark and declines.
-            g.gpu_freed = true;
-        }
-        WatchPin::Held(pt) => {
-            pt.give_to_driver();
-            stats.page_tables_unpinned.inc();
-            g.gpu_freed = true;
-        }
-        WatchPin::Putting { .. } => {
-            // `unpin_watch` is giving the table back right now; it sees this.
-            g.watch_pin = WatchPin::Putting { callback_ran: true };
-            g.gpu_freed = true;
-        }
-        // The put was refused, or the callback took its reference before
-        // `unpin_watch` looked: this is that callback, nothing else to do.
-        WatchPin::CallbackPending => {}
-        WatchPin::Gone => {
-            stats.errors.inc();
-            pr_err!("free callback for a page table peermem no longer holds; ignoring it (a GPU driver bug)\n");
-        }
+        // The memory is being freed: `acquire`, if still pinning, sees
+        // the mark and declines; `get_pages`/`dma_map` fail with EFAULT
+        // from now on; a live registration is revoked (below).
+        WatchFreed::Freed => g.gpu_freed = true,
+        WatchFreed::Nothing => {}
     }
     // The keeper is pinned (maybe being mapped) and nothing revoked it
     // yet: queue the revocation. Under the lock, so that `release` (which
@@ -960,13 +789,13 @@ fn gpu_freed_unkept(reg: Arc<Registration>) {
                 (None, None)
             }
             Phase::Pinned(Pages::Gpu(pt)) => {
-                count_unpinned(stats, pt.entries());
+                gpu::count_unpinned(stats, pt.entries());
                 pt.give_to_driver();
                 revoke_event(&reg, events::Cause::GpuFree);
                 (g.begin_invalidate(), None)
             }
             Phase::Mapped(Mapped::Gpu(mapped)) => {
-                count_unpinned(stats, mapped.table().entries());
+                gpu::count_unpinned(stats, mapped.table().entries());
                 revoke_event(&reg, events::Cause::GpuFree);
                 // Given to the driver after the core's invalidate, below:
                 // the table is valid until this callback returns.
@@ -1052,7 +881,7 @@ impl Inner {
     fn unmap(&mut self, stats: &Stats) {
         match core::mem::replace(&mut self.phase, Phase::New) {
             Phase::Mapped(mapped) => {
-                self.phase = Phase::Pinned(unmap_locked(stats, mapped));
+                self.phase = Phase::Pinned(mapped.unmap(stats));
             }
             other => self.phase = other,
         }
@@ -1072,10 +901,7 @@ impl Registration {
     /// The counters of the client that claimed this registration (of the
     /// PFN source for its registrations).
     fn stats(&self) -> &'static Stats {
-        match self.source {
-            Source::Gpu => self.kind.stats(),
-            Source::Pfn => &STATS_PFN,
-        }
+        self.source.stats(self.kind)
     }
 
     /// Whether `get_pages` still has to read this PFN registration's runs
@@ -1083,11 +909,6 @@ impl Registration {
     fn pfn_unresolved(&self) -> bool {
         let g = self.inner.lock();
         !g.revoked && matches!(g.phase, Phase::New)
-    }
-
-    /// The address watch (started by `acquire`).
-    pub(super) fn watch(&self) -> Option<&AddressWatch<Registration>> {
-        self.watch.as_ref()
     }
 
     /// The core's invalidate returned (after [`Inner::begin_invalidate`] gave a ticket).
@@ -1109,8 +930,23 @@ impl Registration {
         g
     }
 
+    /// PFN source (`pfn::resolve`, from `get_pages`): stores the runs it
+    /// resolved (`New` → `Pinned`) unless the range changed meanwhile:
+    /// `stale()` (the watch's `mmu_interval_read_retry`) is checked under
+    /// the lock the address-change path takes, as is `revoked`. `false`:
+    /// not stored, the runs are dropped.
+    fn install_pfn(&self, runs: PfnRuns, stale: impl FnOnce() -> bool) -> bool {
+        let mut g = self.inner.lock();
+        if g.revoked || stale() || !matches!(g.phase, Phase::New) {
+            return false;
+        }
+        // INVARIANT: the runs of the range, watched by the blocking watch.
+        g.phase = Phase::Pinned(Pages::Pfn(runs));
+        true
+    }
+
     /// Stops the address-space watch, if any (see [`AddressWatch::start`]).
-    pub(super) fn stop_watch(&self) {
+    fn stop_watch(&self) {
         if let Some(w) = &self.watch {
             w.stop();
         }
@@ -1136,20 +972,20 @@ impl Registration {
                 Phase::Mapped(mapped) => {
                     self.stats().errors.inc();
                     pr_err!("put_pages or release before dma_unmap; unmapping first (a peer-memory core bug)\n");
-                    unmap_locked(self.stats(), mapped)
+                    mapped.unmap(self.stats())
                 }
                 other => {
                     g.phase = other;
                     return;
                 }
             };
-            let pt = match pt {
-                Pages::Gpu(pt) => pt,
-                Pages::Pfn(runs) => {
+            let pt = match pt.give_back() {
+                GiveBack::Put(pt) => pt,
+                GiveBack::Nothing(released) => {
                     // No reference was taken: nothing to give back.
                     g.phase = Phase::Unpinned;
                     drop(g);
-                    super::pfnmap::count_released(self.stats(), &runs);
+                    released.count(self.stats());
                     return;
                 }
             };
@@ -1167,7 +1003,7 @@ impl Registration {
         let taken = {
             let mut g = self.inner.lock();
             let ran = matches!(g.phase, Phase::Unpinning { callback_ran: true });
-            let taken = take_after_put(&res, &callback_ref);
+            let taken = gpu::take_after_put(&res, &callback_ref);
             g.phase = if ran {
                 Phase::Freed
             } else if persistent || taken.is_some() {
@@ -1178,25 +1014,14 @@ impl Registration {
             taken
         };
         if keeper {
-            let stats = self.stats();
-            stats.keeper_unpins.inc();
-            stats.pages_unpinned.add(u64::from(pages));
-            stats.bytes_unpinned.add(u64::from(pages) * GPU_PAGE_SIZE);
+            gpu::count_keeper_unpinned(self.stats(), pages);
         } else {
-            count_unpinned(self.stats(), pages);
+            gpu::count_unpinned(self.stats(), pages);
         }
         match res {
             Ok(()) => {}
-            Err(e) if !persistent => self.report_watched_put_error(e),
-            Err(e) => {
-                self.stats().errors.inc();
-                pr_err!(
-                    "nvidia_p2p_put_pages_persistent failed ({}) for {:#x}+{:#x}; the GPU driver may keep the memory pinned\n",
-                    e.to_errno(),
-                    self.range.aligned_start(),
-                    self.range.aligned_len()
-                );
-            }
+            Err(e) if !persistent => gpu::report_watched_put_error(self.stats(), &self.range, e),
+            Err(e) => gpu::report_persistent_put_error(self.stats(), &self.range, e),
         }
         // Last, outside the lock (the caller holds a reference too).
         drop(taken);
@@ -1208,85 +1033,16 @@ impl Registration {
     /// keeper), outside the lock, deciding about the free callback's
     /// reference as [`Registration::unpin`] does.
     fn unpin_watch(&self) {
-        let pending = {
-            let mut g = self.inner.lock();
-            match core::mem::replace(
-                &mut g.watch_pin,
-                WatchPin::Putting {
-                    callback_ran: false,
-                },
-            ) {
-                WatchPin::Held(pt) => pt.begin_put(),
-                other => {
-                    g.watch_pin = other;
-                    return;
-                }
-            }
+        let Some(pending) = self.inner.lock().watch_pin.begin_put() else {
+            return;
         };
         inject::DELAY_UNPIN_MS.delay();
         let (res, callback_ref) = pending.put();
-        let taken = {
-            let mut g = self.inner.lock();
-            let ran = matches!(g.watch_pin, WatchPin::Putting { callback_ran: true });
-            let taken = take_after_put(&res, &callback_ref);
-            g.watch_pin = if ran || taken.is_some() {
-                WatchPin::Gone
-            } else {
-                WatchPin::CallbackPending
-            };
-            taken
-        };
+        let taken = self.inner.lock().watch_pin.end_put(&res, &callback_ref);
         self.stats().page_tables_unpinned.inc();
         if let Err(e) = res {
-            self.report_watched_put_error(e);
+            gpu::report_watched_put_error(self.stats(), &self.range, e);
         }
         drop(taken);
     }
-
-    /// A refused `nvidia_p2p_put_pages` of a pin with a free callback. The
-    /// driver refuses a put while the memory is being freed (`EINVAL`): the
-    /// callback is pending and returns its reference. Any other refusal
-    /// leaves the pin with the driver until the memory is freed, when the
-    /// callback comes all the same: counted and logged.
-    fn report_watched_put_error(&self, e: Error) {
-        if e == EINVAL {
-            return;
-        }
-        self.stats().errors.inc();
-        pr_warn!(
-            "nvidia_p2p_put_pages failed ({}) for {:#x}+{:#x}; the GPU driver keeps the pages pinned until the memory is freed\n",
-            e.to_errno(),
-            self.range.aligned_start(),
-            self.range.aligned_len()
-        );
-    }
-}
-
-/// The free callback's reference after a put: after a put that returned 0
-/// it is whoever's removes it first (the callback may still come, whatever
-/// the driver promises), so the put path takes it if it is still there;
-/// after a refused put it stays for the callback.
-fn take_after_put<T: Send + Sync>(
-    res: &Result,
-    callback_ref: &Option<CallbackRef<T>>,
-) -> Option<Arc<T>> {
-    match (res, callback_ref) {
-        (Ok(()), Some(cref)) => cref.take(),
-        _ => None,
-    }
-}
-
-/// PFN source (`super::pfnmap::resolve`, from `get_pages`): stores the runs it resolved in
-/// `reg` (`New` → `Pinned`) unless the range changed meanwhile: `stale()`
-/// (the watch's `mmu_interval_read_retry`) is checked under the lock the
-/// address-change path takes, as is `revoked`. `false`: not stored, the
-/// runs are dropped.
-pub(super) fn install_pfn(reg: &Registration, runs: PfnRuns, stale: impl FnOnce() -> bool) -> bool {
-    let mut g = reg.inner.lock();
-    if g.revoked || stale() || !matches!(g.phase, Phase::New) {
-        return false;
-    }
-    // INVARIANT: the runs of the range, watched by the blocking watch.
-    g.phase = Phase::Pinned(Pages::Pfn(runs));
-    true
 }

@@ -6,7 +6,8 @@
 # without a single warning. The builds run in scratch copies, so the
 # checkout's objects are not touched. And peermem's layers keep their rule
 # (docs/architecture.md): the abstractions in rust/kapi/ never name the
-# driver (crate::client); the driver (rust/client/, rust/peermem.rs) has no
+# driver (crate::client); the driver (rust/client/ and its subfolders,
+# rust/peermem.rs) has no
 # raw code (no bindings, extern functions, unsafe impls or unsafe fns), and
 # each of its unsafe blocks (calls of the abstractions' unsafe fns) says
 # under `// SAFETY:` how the obligation is met. Prints TAP.
@@ -36,7 +37,7 @@ mkdir -p "$log" || { echo "Bail out! cannot create $log"; exit 1; }
 # --- rustfmt, with the kernel's .rustfmt.toml (what `make rustfmt` uses)
 cd "$PEERMEM_ROOT" || exit 1
 files=()
-for f in rust/*.rs rust/*/*.rs tests/gpusim/*.rs; do
+for f in rust/*.rs rust/*/*.rs rust/*/*/*.rs tests/gpusim/*.rs; do
 	[ "$f" = rust/ffi_generated.rs ] || files+=("$f")	# bindgen's output
 done
 if ! command -v rustfmt >/dev/null; then
@@ -81,7 +82,7 @@ else
 	notok "layers: rust/kapi/ names the driver:"
 	printf '%s\n' "$bad" | sed 's/^/#   /' | head -n 10
 fi
-drv=(rust/peermem.rs rust/client/*.rs)
+drv=(rust/peermem.rs rust/client/*.rs rust/client/*/*.rs)
 bad=$(grep -nE '\bkapi::raw\b|bindings::|extern "C"|unsafe impl|unsafe fn|include!' "${drv[@]}" | grep -vE '^[^:]+:[0-9]+:\s*//')
 # Each `unsafe {` of the driver: a `// SAFETY:` comment in the 8 lines before.
 miss=$(awk 'FNR == 1 { n = 0 } /\/\/ SAFETY:/ { last = FNR } /unsafe \{/ && !(last && FNR - last <= 8) { print FILENAME ":" FNR ": unsafe block without // SAFETY:" }' "${drv[@]}")

@@ -7,10 +7,15 @@
 //! invalidating client `nv_mem` when the GPU source declined the range and
 //! the `pfnmap` parameter is on. See docs/module.md, "PFN-mapped memory".
 //!
-//! A PFN registration is a [`Registration`] like a GPU one (same phases,
+//! A PFN registration is a registration like a GPU one (same phases,
 //! same address watch, same revocation through the core), with
-//! [`Source::Pfn`]: its "pin" is the list of physical runs read under the
-//! mmap lock, and nothing is given back at `put_pages`. `acquire` (under
+//! [`Source::Pfn`](super::Source::Pfn): its "pin" is the list of physical
+//! runs read under the mmap lock, and nothing is given back at
+//! `put_pages`. The registration (`super::super::registration`) makes the
+//! object and starts and stops its watch; this module says whether the
+//! source serves a range ([`serves`], [`new_watch`], [`probe`]), reads
+//! and checks its runs ([`resolve`], [`check_access`]) and maps them
+//! ([`dma_map`]). `acquire` (under
 //! the core's global client lock) only looks at the range's mappings and
 //! first page; `get_pages` (under the umem's own lock) walks every page
 //! ([`resolve`]). No reference on
@@ -23,32 +28,35 @@
 //! which changes nothing there) revokes the registration through the core
 //! before the kernel goes on changing the mapping.
 
-use super::range::{coalesce_extents, GpuRange, SegmentLimits};
-use super::registration::{self, install_pfn, Source};
-use super::stats::{Stats, STATS_PFN, STATS_PFN_BAR, STATS_PFN_WALK};
-use super::{Kind, Registration};
+use super::super::range::{coalesce_extents, GpuRange, SegmentLimits};
+use super::super::stats::{Stats, STATS_PFN, STATS_PFN_BAR, STATS_PFN_WALK};
+use super::super::Kind;
 use crate::kapi::device::PciDev;
-use crate::kapi::mmu_notifier::AddressWatch;
+use crate::kapi::mmu_notifier::{AddressChange, AddressWatch};
 use crate::kapi::pfnmap::{self, PfnMapping, PfnRuns, Refusal, Unresolved};
 use crate::kapi::print::warn_ratelimited;
 use crate::kapi::scatterlist::SgTable;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
-use kernel::sync::Arc;
+
+/// The page size of a PFN registration (the CPU's).
+pub(in crate::client) const PAGE_SIZE: u64 = pfnmap::PAGE_SIZE;
 
 /// Set once a PFN range was declined because there is no address watch.
 static NO_WATCH_REPORTED: AtomicBool = AtomicBool::new(false);
 
-/// `acquire` for a range the GPU source declined: claims it if it is
-/// PFN-mapped RAM the kernel does not manage, or one PCI device's memory
-/// BAR, and the source is enabled.
-pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> {
-    // Only the invalidating client can revoke; only it serves this source.
-    if kind != Kind::Invalidating || !pfnmap::param_enabled() {
-        return None;
-    }
-    let stats = &STATS_PFN;
-    let (start, end) = span(&range);
+/// Whether `acquire` of `kind` looks at a range the GPU source declined:
+/// only the invalidating client can revoke, so only it serves this
+/// source, and only with the `pfnmap` parameter on.
+pub(in crate::client) fn serves(kind: Kind) -> bool {
+    kind == Kind::Invalidating && pfnmap::param_enabled()
+}
+
+/// The address watch of a PFN registration, *blocking*
+/// ([`AddressWatch::set_blocking`]), not started. `None`: no watch
+/// (logged once), or out of memory (counted, logged): the range is not
+/// served.
+pub(in crate::client) fn new_watch<T: AddressChange>() -> Option<AddressWatch<T>> {
     let watch = match AddressWatch::new() {
         Ok(Some(w)) => w,
         Ok(None) => {
@@ -58,46 +66,57 @@ pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> 
             return None;
         }
         Err(_) => {
-            stats.errors.inc();
-            warn_ratelimited(c"out of memory in acquire (PFN-map source); the range is not served");
+            report_oom();
             return None;
         }
     };
     watch.set_blocking();
-    let Ok(reg) = registration::new(kind, Source::Pfn, range, Some(watch)) else {
-        stats.errors.inc();
-        warn_ratelimited(c"out of memory in acquire (PFN-map source); the range is not served");
-        return None;
-    };
-    let w = reg.watch()?;
-    // Armed before the page tables are read.
-    // SAFETY: every path that gives up a reference to `reg` stops the watch
-    // first: the decline paths below, and `release` (registration.rs)
-    // before the core's reference goes.
-    if let Err(e) = unsafe { w.start(reg.as_arc_borrow(), start, end - start) } {
-        stats.errors.inc();
-        stats.registrations_declined.inc();
-        pr_err!(
-            "cannot watch {:#x}+{:#x} for address-space changes (error {}); PFN-mapped memory is not served without a watch\n",
-            start,
-            end - start,
-            e.to_errno()
-        );
-        return None;
-    }
-    // Only a look at the range here: `acquire` runs under the core's global
-    // client lock, so the walk of every page waits for `get_pages`, which
-    // runs under this umem's own lock (issue 21, finding 3).
+    Some(watch)
+}
+
+/// Out of memory in `acquire`: counted, logged; the range is not served.
+pub(in crate::client) fn report_oom() {
+    STATS_PFN.errors.inc();
+    warn_ratelimited(c"out of memory in acquire (PFN-map source); the range is not served");
+}
+
+/// The span `(start, len)` the watch of `range` covers: its pages.
+pub(in crate::client) fn watched_span(range: &GpuRange) -> (u64, u64) {
+    let (start, end) = span(range);
+    (start, end - start)
+}
+
+/// The watch of the range could not start (error `e`): counted, logged,
+/// the range is declined.
+pub(in crate::client) fn report_watch_failed(start: u64, len: u64, e: Error) {
+    let stats = &STATS_PFN;
+    stats.errors.inc();
+    stats.registrations_declined.inc();
+    pr_err!(
+        "cannot watch {:#x}+{:#x} for address-space changes (error {}); PFN-mapped memory is not served without a watch\n",
+        start,
+        len,
+        e.to_errno()
+    );
+}
+
+/// `acquire`, once the watch is armed: only a look at the range's
+/// mappings and first page, since `acquire` runs under the core's global
+/// client lock (the walk of every page waits for `get_pages`, which runs
+/// under this umem's own lock: issue 21, finding 3). `false`: not served
+/// (counted declined, logged if it is PFN-mapped memory this source
+/// refuses).
+pub(in crate::client) fn probe(range: &GpuRange) -> bool {
+    let stats = &STATS_PFN;
+    let (start, end) = span(range);
     match PfnRuns::probe(start, end - start) {
-        Ok(()) => {}
+        Ok(()) => true,
         Err(Unresolved::Refused(why, _at)) => {
-            reg.stop_watch();
             stats.registrations_declined.inc();
             report_refusal(why);
-            return None;
+            false
         }
         Err(Unresolved::Failed(e)) => {
-            reg.stop_watch();
             stats.registrations_declined.inc();
             if e != EINTR {
                 stats.errors.inc();
@@ -108,11 +127,9 @@ pub(super) fn acquire(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> 
                     e.to_errno()
                 );
             }
-            return None;
+            false
         }
     }
-    stats.registrations_acquired.inc();
-    Some(reg)
 }
 
 /// The page-aligned span `[start, end)` of `range`.
@@ -128,21 +145,28 @@ const _: () = assert!(pfnmap::MAX_RUNS == 262_144);
 /// `get_pages` of a PFN registration `acquire` claimed: walks the range
 /// (every page's PFN, classified per physical run; yields between pages,
 /// stops for a fatal signal, at most [`pfnmap::MAX_RUNS`] runs) and
-/// stores the runs in `reg`, unless the range changed meanwhile. Runs
-/// under the umem's own lock, not the core's global one. `EFAULT`: not
-/// served (logged, counted declined) or changed meanwhile (retry);
-/// `ENOMEM` (also: too many runs, logged); `EINTR` (fatal signal).
-pub(super) fn resolve(reg: &Registration, range: &GpuRange) -> Result {
+/// hands the runs to `install`, with a check whether the range changed
+/// since the walk began (`watch`'s `mmu_interval_read_retry`), to call
+/// under the lock the address-change path takes; `install` says whether
+/// it stored them. Runs under the umem's own lock, not the core's global
+/// one. `EFAULT`: not served (logged, counted declined) or changed
+/// meanwhile (retry); `ENOMEM` (also: too many runs, logged); `EINTR`
+/// (fatal signal).
+pub(in crate::client) fn resolve<T: AddressChange>(
+    watch: Option<&AddressWatch<T>>,
+    range: &GpuRange,
+    install: impl FnOnce(PfnRuns, &dyn Fn() -> bool) -> bool,
+) -> Result {
     let stats = &STATS_PFN;
     let walk_stats = &STATS_PFN_WALK;
     let (start, end) = span(range);
-    let Some(w) = reg.watch() else {
+    let Some(w) = watch else {
         return Err(EFAULT);
     };
     let Some(seq) = w.read_begin() else {
         return Err(EFAULT);
     };
-    let mut walk = pfnmap::new_walk(super::inject::DELAY_PFN_WALK_MS.ms());
+    let mut walk = pfnmap::new_walk(super::super::inject::DELAY_PFN_WALK_MS.ms());
     walk_stats.walks_started.inc();
     let resolved = PfnRuns::resolve(start, end - start, &mut walk);
     walk_stats.walk_pages.add(walk.pages);
@@ -175,7 +199,7 @@ pub(super) fn resolve(reg: &Registration, range: &GpuRange) -> Result {
         }
     };
     let bytes = runs.bytes();
-    if !install_pfn(reg, runs, || w.read_retry(seq)) {
+    if !install(runs, &|| w.read_retry(seq)) {
         // The range changed while it was read: what was read may be stale.
         warn_ratelimited(c"a PFN-mapped range changed while it was being registered; the registration fails with EFAULT (retry it)");
         return Err(EFAULT);
@@ -270,11 +294,24 @@ pub(super) fn dma_map(
     }
 }
 
-/// `put_pages`/`release` of a PFN registration: nothing to give back,
-/// only counted.
-pub(super) fn count_released(stats: &Stats, runs: &PfnRuns) {
-    let bytes = runs.bytes();
-    stats.page_tables_unpinned.inc();
-    stats.pages_unpinned.add(bytes / pfnmap::PAGE_SIZE);
-    stats.bytes_unpinned.add(bytes);
+/// What a PFN registration gave back at `put_pages`/`release`: nothing
+/// was held, it is only counted.
+pub(in crate::client) struct Released {
+    bytes: u64,
+}
+
+impl Released {
+    /// What giving `runs` back counts.
+    pub(super) fn of(runs: &PfnRuns) -> Self {
+        Self {
+            bytes: runs.bytes(),
+        }
+    }
+
+    /// Counts it in `stats` (the PFN source's).
+    pub(in crate::client) fn count(self, stats: &Stats) {
+        stats.page_tables_unpinned.inc();
+        stats.pages_unpinned.add(self.bytes / pfnmap::PAGE_SIZE);
+        stats.bytes_unpinned.add(self.bytes);
+    }
 }
