@@ -213,6 +213,33 @@ static int all_released(void)
 	       client_live_is(0, 0, 0);
 }
 
+/*
+ * Bytes the core counted twice in the process-exit tests. OFED counts an
+ * invalidated mapping's bytes at its release, so an invalidation that
+ * lands after the core stopped the umem's notifier (the exit's
+ * deregistration under way when the GPU free's revocation comes; with
+ * nv_mem's keeper the revocation runs in a work item after the free,
+ * so the order happens) counts the MR's bytes twice (the rig's core
+ * follows OFED: tests/rig/patches, peer_count_state()). Allowed here only
+ * as whole exit MRs, at most one per exit test, and said.
+ */
+static long long exit_double_bytes;
+
+static int released_but_double(long long *extra)
+{
+	struct peer_stats s;
+	long long d;
+
+	if (cstats(&s) || s.alloc_mrs != s.dealloc_mrs || s.dereg_pages != 0 || !gs_idle() ||
+	    !client_live_is(0, 0, 0))
+		return 0;
+	d = s.dereg_bytes - s.reg_bytes;
+	if (d < 0 || d % (long long)GPU_LEN || d > 2 * (long long)GPU_LEN)
+		return 0;
+	*extra = d;
+	return 1;
+}
+
 static void state_diag(void)
 {
 	peer_stats_diag(C->core_name);
@@ -391,6 +418,7 @@ static void exit_test(int gpusim_first)
 					 "/dev/gpusim opened after the verbs device";
 	struct peer_stats s0, s1;
 	int st = -1, done;
+	long long extra = 0;
 	pid_t pid;
 
 	cstats(&s0);
@@ -403,9 +431,14 @@ static void exit_test(int gpusim_first)
 	   "a child registers GPU memory, RDMA-writes into it and exits without cleaning up (%s; exit status %d)",
 	   how, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 	done = WAIT_UNTIL(!cstats(&s1) && s1.alloc_mrs == s0.alloc_mrs + 1 &&
-			  all_released(), 30);
+			  released_but_double(&extra), 30);
 	ok(done, "process exit released the MR, the pin and the GPU memory (%lld invalidation(s))",
 	   s1.invalidated_mrs - s0.invalidated_mrs);
+	if (done && extra != exit_double_bytes)
+		diag("the core counted the exit MR's %lld bytes twice (OFED's count of an invalidation after the notifier's stop: the GPU free's revocation came during the exit's deregistration)",
+		     extra - exit_double_bytes);
+	if (done)
+		exit_double_bytes = extra;
 	if (!done)
 		state_diag();
 }
@@ -851,10 +884,11 @@ exits:
 	gfd = -1;
 	cstats(&s1);
 	gs_read(&g1);
-	ok(s1.alloc_mrs == s1.dealloc_mrs && e2e_core_balanced(&s1) &&
+	ok(s1.alloc_mrs == s1.dealloc_mrs && s1.dereg_pages == 0 &&
+	   s1.dereg_bytes - s1.reg_bytes == exit_double_bytes &&
 	   gs_idle() && client_live_is(0, 0, 1) && g1.stale == gstart.stale,
-	   "at the end: num_alloc_mrs %lld == num_dealloc_mrs %lld, gpusim idle, %s idle, no call on a stale page table (stale_calls +%lld)",
-	   s1.alloc_mrs, s1.dealloc_mrs, C->label, g1.stale - gstart.stale);
+	   "at the end: num_alloc_mrs %lld == num_dealloc_mrs %lld, bytes balanced (but for %lld the exit tests saw counted twice), gpusim idle, %s idle, no call on a stale page table (stale_calls +%lld)",
+	   s1.alloc_mrs, s1.dealloc_mrs, exit_double_bytes, C->label, g1.stale - gstart.stale);
 	goto unload;
 
 free_gpu:
