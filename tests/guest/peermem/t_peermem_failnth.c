@@ -231,7 +231,13 @@ static void fault_free(void)
 			if (gmem_free(fd, &g))
 				bail("free step %d: the second free failed: %s", t.steps, strerror(errno));
 		}
-		/* The free returned: the MR is revoked. */
+		/*
+		 * The free returned and the revocation it queued has run (nv_mem's
+		 * keeper keeps the memory until then: docs/module.md, "The
+		 * keeper"): the MR is revoked.
+		 */
+		if (!wait_for(pm_no_keepers, 20))
+			diag("free step %d: the keeper pin was not put within 20 s of the free", t.steps);
 		st = rdma_op(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)g.p, mr->rkey);
 		if (st == 0) {
 			t.broken++;
