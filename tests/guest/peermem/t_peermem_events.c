@@ -237,6 +237,27 @@ static int revoke_by(struct gmem *g, enum how how)
 	return -1;
 }
 
+/*
+ * After the revoked MRs of g were deregistered: free what is left of g (a
+ * freed allocation is only dropped), then nothing more may be counted or
+ * queued than generation g1.
+ */
+static void settle(struct chan *ch, struct gmem *g, enum how how, long long g1, const char *what)
+{
+	struct peermem_event ev[8];
+	int n;
+
+	if (how != FREE)
+		gmem_free(gfd, g);
+	else
+		gmem_drop(g);
+	usleep(200000);
+	n = drain(ch->fd, ev, 8);
+	ok(gen_of(ch->pg) == g1 && n == 0,
+	   "%s: nothing more after deregistration and cleanup (generation %lld, %d records)",
+	   what, gen_of(ch->pg), n);
+}
+
 static void test_cause(struct chan *ch, enum how how, unsigned int cause)
 {
 	struct peermem_event ev[4];
@@ -257,15 +278,7 @@ static void test_cause(struct chan *ch, enum how how, unsigned int cause)
 	   "%s: one record {generation %lld, start, length %#lx, cause %s, client %s} (got %d)",
 	   how_str[how], g1, LEN, cause_str(cause), pm_name, n);
 	ok(ibv_dereg_mr(mr) == 0, "%s: ibv_dereg_mr of the revoked MR succeeds", how_str[how]);
-	if (how != FREE)
-		gmem_free(gfd, &g);
-	if (how == FREE)
-		gmem_drop(&g);
-	usleep(200000);
-	n = drain(ch->fd, ev, 4);
-	ok(gen_of(ch->pg) == g1 && n == 0,
-	   "%s: nothing more after deregistration and cleanup (generation %lld, %d records)",
-	   how_str[how], gen_of(ch->pg), n);
+	settle(ch, &g, how, g1, how_str[how]);
 }
 
 /* Several MRs: one count each, records in order; deregistered ones count nothing. */
@@ -325,6 +338,7 @@ static void test_same_range(struct chan *ch, enum how how, unsigned int cause)
 	struct peermem_event ev[8];
 	struct ibv_mr *mr[3];
 	int n, seen_whole = 0, seen_half = 0, gens_ok = 1;
+	char what[64];
 	long long g0, g1;
 	struct gmem g;
 	void *p;
@@ -355,13 +369,8 @@ static void test_same_range(struct chan *ch, enum how how, unsigned int cause)
 	   how_str[how], cause_str(cause), g0 + 1, g0 + 3, n, seen_whole, seen_half);
 	for (int i = 0; i < 3; i++)
 		ibv_dereg_mr(mr[i]);
-	if (how != FREE)
-		gmem_free(gfd, &g);
-	else
-		gmem_drop(&g);
-	usleep(200000);
-	ok(gen_of(ch->pg) == g1 && drain(ch->fd, ev, 8) == 0,
-	   "same range, %s: nothing more after deregistration and cleanup", how_str[how]);
+	snprintf(what, sizeof(what), "same range, %s", how_str[how]);
+	settle(ch, &g, how, g1, what);
 }
 
 /* ---- an unmap before get_pages arms the registration (issue 21, finding 4) ---- */
