@@ -683,6 +683,8 @@ int main(void)
 		bail("cannot open rxe0");
 	if (want("without_option"))
 		test_without_option();
+	else if (exporter_alloc(efd, LEN, PFNMAP_RESERVED, NULL))
+		bail("the exporter could not reserve %u MiB", LEN >> 20);
 	conn_close(&c);
 
 	test_write_read();
