@@ -123,7 +123,21 @@ scripts/soak.sh|--seconds
 scripts/vm.sh|--kdir
 tests/run-all.sh|--only
 tests/nvpeermem/build.sh|--tag
+lib/deb.sh|--out
 L
+# scripts/ko-exports.py (find-symvers.sh's helper, also run by hand on a
+# module): --help is its usage and exit 0; an unknown option or missing
+# arguments a usage line and exit 1 (its documented status for bad input;
+# 2 means "exports nothing matching"), never a Python traceback.
+out=$(python3 scripts/ko-exports.py --help 2>&1); rc=$?
+if [ "$rc" = 0 ] && grep -q 'ko-exports.py MODULE.ko' <<<"$out" && grep -q 'Exit status' <<<"$out"; then ok "scripts/ko-exports.py --help: usage, exit 0"
+else not_ok "scripts/ko-exports.py --help: usage, exit 0 (exit $rc)"; head -n 3 <<<"$out" | sed 's/^/#   | /'; fi
+for args in "--frobnicate" "--frobnicate x.ko nvidia" "onlyone"; do
+	# shellcheck disable=SC2086  # words on purpose
+	out=$(python3 scripts/ko-exports.py $args 2>&1); rc=$?
+	if [ "$rc" = 1 ] && grep -q '^usage: ' <<<"$out" && ! grep -q Traceback <<<"$out"; then ok "scripts/ko-exports.py $args: a usage line, exit 1"
+	else not_ok "scripts/ko-exports.py $args: a usage line, exit 1 (exit $rc)"; head -n 3 <<<"$out" | sed 's/^/#   | /'; fi
+done
 out=$(bash scripts/dkms.sh install --kernel 2>&1); rc=$?
 if [ "$rc" = 2 ] && grep -q 'needs a kernel release' <<<"$out"; then ok "scripts/dkms.sh install --kernel: needs a kernel release, exit 2"
 else not_ok "scripts/dkms.sh install --kernel: needs a kernel release, exit 2 (exit $rc: $out)"; fi
@@ -143,6 +157,20 @@ if [ "$rc" != 0 ] && grep -q 'not Debian 12' <<<"$out" && grep -q -- '--any-os' 
 else
 	not_ok "scripts/setup-host.sh on Ubuntu 24.04 refuses before touching anything (exit $rc; calls: $(tr '\n' ';' < "$tmp/sidefx/calls"))"; head -n 3 <<<"$out" | sed 's/^/#   | /'
 fi
+# ... and so do the two commands that run it, which then stop: nothing
+# built or fetched on a host that was refused.
+for sc in tests/run-all.sh scripts/demo.sh; do
+	: > "$tmp/sidefx/calls"
+	out=$(PEERMEM_OS_RELEASE="$tmp/os-release" PEERMEM_SETUP_ANY_OS=0 PEERMEM_CACHE="$tmp/sidefx/cache" PATH="$tmp/sidefx/bin:$PATH" timeout 60 bash "$sc" 2>&1); rc=$?
+	if [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -q 'not Debian 12' <<<"$out" && [ ! -s "$tmp/sidefx/calls" ] &&
+		! grep -qE 'rig kernel|building|kernel\.sh' <<<"$out" &&
+		{ [ "$sc" != tests/run-all.sh ] || grep -qx '0 passed, 1 failed, 0 skipped' <<<"$out"; }; then
+		ok "$sc on Ubuntu 24.04: setup-host.sh refuses and $sc stops there (exit $rc, nothing called)"
+	else
+		not_ok "$sc on Ubuntu 24.04 stops at the refused setup (exit $rc; calls: $(tr '\n' ';' < "$tmp/sidefx/calls"))"; tail -n 4 <<<"$out" | sed 's/^/#   | /'
+	fi
+done
+rm -rf "$tmp/sidefx/cache"
 expect_clean_error "scripts/vm.sh with no tests" "nothing to run" scripts/vm.sh
 expect_clean_error "scripts/vm.sh with a test that does not exist" "does not exist" scripts/vm.sh --kdir "$tmp/notakernel" tests/guest/nosuch/t_nothing
 : > "$tmp/t_notexec"
