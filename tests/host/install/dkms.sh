@@ -145,6 +145,29 @@ if [ "$made_moddir" = 1 ] && [ -n "$ko" ]; then
 else
 	dk_skip "depmod priority over kernel/nvidia-*/nvidia-peermem.ko" "/lib/modules/$krel existed before the test"
 fi
+# Switching builds with the package (troubleshooting.md, "Switching"): the
+# DROPIN=0 package installed over the drop-in one (same version: a
+# reinstall, whose prerm removes the old build from dkms), then back.
+deb0=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb-peermem" --peermem 2>>"$scratch/deb.log" | tail -n 1)
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb0" >"$scratch/dpkg-switch.log" 2>&1; rc=$?
+ko0=$(ls "/lib/modules/$krel/updates/dkms/peermem.ko"* 2>/dev/null | head -n 1)
+koold=$(ls "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* 2>/dev/null)
+rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
+if [ "$rc" = 0 ] && [ -n "$ko0" ] && [ "$(modinfo -F name "$ko0")" = peermem ] && [ -z "$koold" ] &&
+	grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
+	ok "dkms: switching to the DROPIN=0 package (dpkg -i over the drop-in one): peermem.ko installed, nvidia_peermem.ko gone, its softdep, install rule and boot load"
+else
+	notok "dkms: switch to the DROPIN=0 package (rc $rc; peermem.ko '${ko0:-none}', left '$koold'; modprobe.d: $(grep -v '^#' "$mp" 2>/dev/null | tr '\n' '|'))"
+	tail -n 8 "$scratch/dpkg-switch.log" | sed 's/^/#   /'
+fi
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb" >>"$scratch/dpkg-switch.log" 2>&1; rc=$?
+ko0=$(ls "/lib/modules/$krel/updates/dkms/peermem.ko"* 2>/dev/null)
+if [ "$rc" = 0 ] && [ -n "$ko" ] && [ -f "$ko" ] && [ -z "$ko0" ] && ! grep -q '^install ' "$mp" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = nvidia_peermem ]; then
+	ok "dkms: and back to the drop-in package: nvidia_peermem.ko installed, peermem.ko and the install rule gone"
+else
+	notok "dkms: switch back to the drop-in package (rc $rc; drop-in '${ko:-none}' $([ -f "$ko" ] && echo present || echo missing), peermem.ko left '$ko0')"
+	tail -n 8 "$scratch/dpkg-switch.log" | sed 's/^/#   /'
+fi
 dpkg -r peermem-dkms >"$scratch/dpkg-remove.log" 2>&1; rc=$?
 left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" "$ml" \
 	/etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
