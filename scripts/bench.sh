@@ -154,6 +154,8 @@ fi
 	pm_die "no built kernel in '$kdir' (bzImage, Module.symvers); build it with scripts/kernel.sh --variant $kernel"
 kdir=$(cd "$kdir" && pwd -P)
 if grep -q '^CONFIG_KASAN=y' "$kdir/.config"; then kvariant=debug; else kvariant=plain; fi
+[ "${BENCH_NV_RM_LOCK:-0}" != 1 ] || [ "$kvariant" = plain ] ||
+	pm_die "BENCH_NV_RM_LOCK=1 needs the plain kernel: on the debug one lockdep reports nvidia-peermem's mapping-lock/RM cycle"
 [ "$kvariant" = "$kernel" ] || pm_log "bench: note: --kdir $kdir is a $kvariant kernel (--kernel $kernel); recording it as $kvariant"
 margs=(KDIR="$kdir")
 if [ -f "$kdir/.peermem-make-args" ]; then read -ra extra < "$kdir/.peermem-make-args"; margs+=("${extra[@]}"); fi
@@ -279,6 +281,9 @@ cmd="$mods $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib
 [ "${BENCH_PM_RM_LOCK:-1}" = 0 ] && cmd="BENCH_PM_RM_LOCK=0 $cmd"
 # The pin-cost models and the scaling counts, if given (--only pincost, scaling).
 [ -n "${BENCH_PIN_COSTS:-}" ] && cmd="BENCH_PIN_COSTS=$BENCH_PIN_COSTS $cmd"
+# BENCH_NV_RM_LOCK=1: nvidia-peermem's side with gpusim's rm_lock=1 too (the
+# same conditions for both; plain kernel only: lockdep reports its cycle).
+[ "${BENCH_NV_RM_LOCK:-0}" = 1 ] && cmd="BENCH_NV_RM_LOCK=1 $cmd"
 [ -n "${BENCH_SCALE_N:-}" ] && cmd="BENCH_SCALE_N=$BENCH_SCALE_N $cmd"
 if [ -n "$only" ]; then
 	cmd+=" --only $only"
@@ -314,7 +319,7 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
 	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
 	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
-	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" \
+	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" --meta "nv_rm_lock=${BENCH_NV_RM_LOCK:-0}" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
 	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" \

@@ -207,8 +207,18 @@ static void use_side(int s)
 	 * before issue 22's keeper, whose free callback invalidates under RM,
 	 * has the same cycle; for a before/after comparison both run so).
 	 */
-	gs_knob("rm_lock", s == S_NV || (s == S_PM && getenv("BENCH_PM_RM_LOCK") &&
-					 !strcmp(getenv("BENCH_PM_RM_LOCK"), "0")) ? "0" : "1");
+	/*
+	 * BENCH_NV_RM_LOCK=1: nvidia-peermem's side with it, as on NVIDIA's
+	 * driver, where every client's pins, puts and mappings take RM's
+	 * lock (issue 26: the same conditions for both clients; only on a
+	 * kernel without lockdep, which reports the cycle, and only where no
+	 * free races a registration, as in these figures).
+	 */
+	int nv_lock = getenv("BENCH_NV_RM_LOCK") && !strcmp(getenv("BENCH_NV_RM_LOCK"), "1");
+
+	gs_knob("rm_lock", (s == S_NV && !nv_lock) ||
+				   (s == S_PM && getenv("BENCH_PM_RM_LOCK") &&
+				    !strcmp(getenv("BENCH_PM_RM_LOCK"), "0")) ? "0" : "1");
 	if (s == S_FLOOR)
 		return;
 	if (loaded(side_mod[!s]) && run("rmmod %s", side_mod[!s]))

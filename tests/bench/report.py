@@ -19,6 +19,10 @@ plots.
     report.py plot-pincost JSON PNG      the same, plotted (matplotlib)
     report.py scaling JSON               the scaling figures' table (--only scaling)
     report.py plot-scaling JSON PNG      the same, plotted (matplotlib)
+    report.py profops PROFILE [PM_US NV_US]  the clients' operations and the calls
+                                         that differ: inclusive shares of ib_uverbs_ioctl
+                                         per side (median of the passes); in us with the
+                                         bench's reg+dereg medians
     report.py profdiff PROFILE [N] [--self]  a --profile --callgraph run of
                                          registrations: each symbol's CPU time per
                                          reg+dereg (us, both vCPUs, inclusive; --self:
@@ -31,6 +35,7 @@ for the plot, which needs matplotlib (Debian's python3-matplotlib).
 """
 import json
 import math
+import re
 import sys
 
 SIDES = ["peermem", "nvidia-peermem", "floor"]
@@ -896,6 +901,120 @@ def cmd_plot_scaling(path, png):
     fig.savefig(png, dpi=110)
 
 
+# The peer clients' callbacks and the calls that differ between them, as
+# perf names them: (label, peermem's symbols, nvidia-peermem's symbols);
+# a symbol matches by prefix of its demangled-enough name (Rust names are
+# matched by their path words).
+PROF_OPS = [
+    ("acquire", [("OperationsVTable", "acquire")], ["=nv_mem_acquire"]),
+    ("get_pages", [("OperationsVTable", "get_pages")], ["=nv_mem_get_pages"]),
+    ("dma_map", [("OperationsVTable", "dma_map")], ["=nv_dma_map"]),
+    ("dma_unmap", [("OperationsVTable", "dma_unmap")], ["=nv_dma_unmap"]),
+    ("put_pages", [("OperationsVTable", "put_pages")], ["=nv_mem_put_pages"]),
+    ("release", [("OperationsVTable", "release")], ["=nv_mem_release"]),
+    ("  nvidia_p2p_get_pages (peermem: the watch; nvidia-peermem: the probe and the pin)",
+     ["=nvidia_p2p_get_pages"], ["=nvidia_p2p_get_pages"]),
+    ("  nvidia_p2p_get_pages_persistent (peermem: the keeper)", ["=nvidia_p2p_get_pages_persistent"],
+     ["=nvidia_p2p_get_pages_persistent"]),
+    ("  nvidia_p2p_put_pages (peermem: the watch; nvidia-peermem: the probe's and the pin's)",
+     ["=nvidia_p2p_put_pages"], ["=nvidia_p2p_put_pages"]),
+    ("  nvidia_p2p_put_pages_persistent (peermem: the keeper)", ["=nvidia_p2p_put_pages_persistent"],
+     ["=nvidia_p2p_put_pages_persistent"]),
+    ("  nvidia_p2p_dma_map_pages", ["=nvidia_p2p_dma_map_pages"], ["=nvidia_p2p_dma_map_pages"]),
+    ("  nvidia_p2p_dma_unmap_pages", ["=nvidia_p2p_dma_unmap_pages"], ["=nvidia_p2p_dma_unmap_pages"]),
+    ("  mmu_interval_notifier_insert (peermem's address watch)", ["=mmu_interval_notifier_insert"],
+     ["=mmu_interval_notifier_insert"]),
+    ("  mmu_interval_notifier_remove", ["=mmu_interval_notifier_remove"], ["=mmu_interval_notifier_remove"]),
+    ("  the free callbacks' registry (peermem_cbref_insert, _take)",
+     ["=peermem_cbref_insert", "=peermem_cbref_take"], []),
+    ("  peermem's allocations (watch, work item)", ["=peermem_watch_alloc", "=peermem_work_alloc"], []),
+    ("the core's ib_peer_umem_get (client search, get_pages, dma_map under it)", ["=ib_peer_umem_get"],
+     ["=ib_peer_umem_get"]),
+    ("the core's ib_peer_umem_release (dma_unmap, put_pages, release under it)", ["=ib_peer_umem_release"],
+     ["=ib_peer_umem_release"]),
+    ("  RCU softirq work (rcu_core) while registering", ["=rcu_core"], ["=rcu_core"]),
+    ("  call_rcu", ["=call_rcu"], ["=call_rcu"]),
+    ("  xarray node allocation (xas_alloc)", ["=xas_alloc"], ["=xas_alloc"]),
+    ("rxe_reg_user_mr + rxe_dereg_mr (rxe's MR with the core and the client under it)",
+     ["=rxe_reg_user_mr", "=rxe_dereg_mr"], ["=rxe_reg_user_mr", "=rxe_dereg_mr"]),
+]
+
+
+def prof_match(sym, pats):
+    """Whether perf's symbol sym (maybe "name [module]") is one of pats:
+    "=name" exactly, or a tuple of words all in a Rust name, the last one
+    the function's own (its length-prefixed path segment)."""
+    name = sym.split(" [")[0].strip()
+    for p in pats:
+        if isinstance(p, str):
+            if name == p[1:]:
+                return True
+        elif all(w in name for w in p) and re.search(r"\d%s(B|E|$)" % re.escape(p[-1]), name) \
+                and re.search(r"%d%s(B|E|$)" % (len(p[-1]), re.escape(p[-1])), name):
+            return True
+    return False
+
+
+def cmd_profops(path, lat_pm=None, lat_nv=None, markdown=False):
+    """Per peer-memory operation and per differing call: its inclusive
+    share of the side's ib_uverbs_ioctl (all registration and
+    deregistration work in the syscall), median over the passes; with
+    the bench's interleaved reg+dereg medians (us), the same in us."""
+    per = {}    # side -> label -> [share per pass]
+    side = None
+    passes = {}
+    cur = {}
+    def flush():
+        if side and cur:
+            base = cur.get("__ioctl__", 0)
+            for lab, v in cur.items():
+                if lab != "__ioctl__" and base:
+                    per.setdefault(side, {}).setdefault(lab, []).append(v / base)
+            for lab, _, _ in PROF_OPS:
+                if base and lab not in cur:
+                    per.setdefault(side, {}).setdefault(lab, []).append(0.0)
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"profile (\S+) (\d+) bytes, 1 thread\(s\)", line)
+            if m:
+                flush()
+                side, cur = m.group(1), {}
+                passes[side] = passes.get(side, 0) + 1
+                continue
+            if not line.startswith("raw-incl ") or side is None:
+                continue
+            _, sd, rest = line.split(None, 2)
+            mm = re.match(r"([0-9.]+)%\s+([0-9.]+)%\s+\[.\]\s+(.*)", rest)
+            if not mm or sd != side:
+                continue
+            pctv, sym = float(mm.group(1)), mm.group(3).strip()
+            if sym.split(" [")[0] == "ib_uverbs_ioctl":
+                cur["__ioctl__"] = cur.get("__ioctl__", 0) + pctv
+            for lab, pp, pn in PROF_OPS:
+                pats = pp if side == "peermem" else pn
+                if side in ("peermem", "nvidia-peermem") and prof_match(sym, pats):
+                    cur[lab] = cur.get(lab, 0) + pctv
+        flush()
+    head = ["operation or call (inclusive)", "peermem share", "nvidia-peermem share"]
+    if lat_pm:
+        head += ["peermem us", "nvidia-peermem us", "pm - nv us"]
+    lines = []
+    for lab, _, _ in PROF_OPS:
+        a = pct(per.get("peermem", {}).get(lab, []), 0.5)
+        b = pct(per.get("nvidia-peermem", {}).get(lab, []), 0.5)
+        row = [lab, "%.1f %%" % (100 * a) if a == a else "-", "%.1f %%" % (100 * b) if b == b else "-"]
+        if lat_pm:
+            ua = a * lat_pm if a == a else 0
+            ub = b * lat_nv if b == b else 0
+            row += ["%.1f" % ua, "%.1f" % ub, "%+.1f" % (ua - ub)]
+        lines.append(row)
+    out = ["# %s: %d peermem and %d nvidia-peermem passes; shares of the side's ib_uverbs_ioctl "
+           "(inclusive CPU samples), median over the passes%s" % (
+               path, passes.get("peermem", 0), passes.get("nvidia-peermem", 0),
+               "; us: share x the side's reg+dereg median (%.0f and %.0f us)" % (lat_pm, lat_nv) if lat_pm else "")]
+    return out + grid(head, lines, markdown)
+
+
 def cmd_profdiff(path, n=40, kind="incl", markdown=False):
     """A registration profile (scripts/bench.sh --profile SIZE,N
     --callgraph, maybe in passes): per side and pass, each symbol's share
@@ -984,6 +1103,8 @@ def main():
         print("\n".join(cmd_scaling(argv[0], md)))
     elif cmd == "plot-scaling" and len(argv) == 2:
         cmd_plot_scaling(argv[0], argv[1])
+    elif cmd == "profops" and len(argv) in (1, 3):
+        print("\n".join(cmd_profops(argv[0], *(float(x) for x in argv[1:]), markdown=md)))
     elif cmd == "profdiff" and len(argv) >= 1:
         kind = "self" if "--self" in argv else "incl"
         argv = [a for a in argv if a != "--self"]
