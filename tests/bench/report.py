@@ -19,6 +19,8 @@ plots.
     report.py plot-pincost JSON PNG      the same, plotted (matplotlib)
     report.py scaling JSON               the scaling figures' table (--only scaling)
     report.py plot-scaling JSON PNG      the same, plotted (matplotlib)
+    report.py ratios JSON...             reg+dereg pm/nv per size, of the medians and
+                                         per round (median, p25-p75), run by run
     report.py profops PROFILE [PM_US NV_US]  the clients' operations and the calls
                                          that differ: inclusive shares of ib_uverbs_ioctl
                                          per side (median of the passes); in us with the
@@ -910,8 +912,11 @@ PROF_OPS = [
     ("get_pages", [("OperationsVTable", "get_pages")], ["=nv_mem_get_pages"]),
     ("dma_map", [("OperationsVTable", "dma_map")], ["=nv_dma_map"]),
     ("dma_unmap", [("OperationsVTable", "dma_unmap")], ["=nv_dma_unmap"]),
-    ("put_pages", [("OperationsVTable", "put_pages")], ["=nv_mem_put_pages"]),
-    ("release", [("OperationsVTable", "release")], ["=nv_mem_release"]),
+    # (the vtable's put_pages and release are tail calls perf does not see)
+    ("put_pages", [("OperationsVTable", "put_pages"), ("12registration", "put_pages")], ["=nv_mem_put_pages"]),
+    ("release", [("OperationsVTable", "release"), ("12registration", "release")], ["=nv_mem_release"]),
+    ("  peermem's Registration::unpin (the keeper's and the watch's puts, from put_pages)",
+     [("Registration", "unpin")], []),
     ("  nvidia_p2p_get_pages (peermem: the watch; nvidia-peermem: the probe and the pin)",
      ["=nvidia_p2p_get_pages"], ["=nvidia_p2p_get_pages"]),
     ("  nvidia_p2p_get_pages_persistent (peermem: the keeper)", ["=nvidia_p2p_get_pages_persistent"],
@@ -955,6 +960,24 @@ def prof_match(sym, pats):
     return False
 
 
+def cmd_ratios(paths, markdown=False):
+    """For runs of --only latency: per size, pm/nv of the medians and the
+    median over the rounds of each round's pm/nv (p25-p75), run by run."""
+    head = ["run", "rounds", "nv rm_lock"] + ["%s pm/nv: medians; per round (p25-p75)" % size_label(p)
+                                             for p in ("64K", "2M", "64M", "512M")]
+    lines = []
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        row = [path.replace("docs/bench/", ""), str(doc.get("rounds", "?")), str(doc.get("nv_rm_lock", "0"))]
+        for p in ("64K", "2M", "64M", "512M"):
+            r = ratio(doc["summary"], "regdereg_s/" + p, "peermem", "nvidia-peermem")
+            rr = round_ratio(doc, "regdereg_s", p)
+            row.append("-" if r is None else "%.2f; %.2f (%.2f-%.2f)" % ((r,) + rr))
+        lines.append(row)
+    return grid(head, lines, markdown)
+
+
 def cmd_profops(path, lat_pm=None, lat_nv=None, markdown=False):
     """Per peer-memory operation and per differing call: its inclusive
     share of the side's ib_uverbs_ioctl (all registration and
@@ -995,14 +1018,15 @@ def cmd_profops(path, lat_pm=None, lat_nv=None, markdown=False):
                 if side in ("peermem", "nvidia-peermem") and prof_match(sym, pats):
                     cur[lab] = cur.get(lab, 0) + pctv
         flush()
-    head = ["operation or call (inclusive)", "peermem share", "nvidia-peermem share"]
+    head = ["operation or call (inclusive)", "peermem share", "nvidia-peermem share", "pm - nv, points"]
     if lat_pm:
         head += ["peermem us", "nvidia-peermem us", "pm - nv us"]
     lines = []
     for lab, _, _ in PROF_OPS:
         a = pct(per.get("peermem", {}).get(lab, []), 0.5)
         b = pct(per.get("nvidia-peermem", {}).get(lab, []), 0.5)
-        row = [lab, "%.1f %%" % (100 * a) if a == a else "-", "%.1f %%" % (100 * b) if b == b else "-"]
+        row = [lab, "%.1f %%" % (100 * a) if a == a else "-", "%.1f %%" % (100 * b) if b == b else "-",
+               "%+.1f" % (100 * (a - b)) if a == a and b == b else "-"]
         if lat_pm:
             ua = a * lat_pm if a == a else 0
             ub = b * lat_nv if b == b else 0
@@ -1103,6 +1127,8 @@ def main():
         print("\n".join(cmd_scaling(argv[0], md)))
     elif cmd == "plot-scaling" and len(argv) == 2:
         cmd_plot_scaling(argv[0], argv[1])
+    elif cmd == "ratios" and argv:
+        print("\n".join(cmd_ratios(argv, md)))
     elif cmd == "profops" and len(argv) in (1, 3):
         print("\n".join(cmd_profops(argv[0], *(float(x) for x in argv[1:]), markdown=md)))
     elif cmd == "profdiff" and len(argv) >= 1:
