@@ -11,7 +11,10 @@ use kernel::debugfs::{Scope, ScopedDir};
 use kernel::fmt;
 use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Relaxed};
-use kernel::time::{delay::fsleep, Delta};
+use kernel::time::{
+    delay::{fsleep, udelay},
+    Delta,
+};
 use kernel::uaccess::UserSliceReader;
 
 /// A counter or knob.
@@ -152,15 +155,28 @@ pub(crate) fn set_pin_cost(call_us: u64, page_ns: u64) {
 }
 
 /// The pin-cost model's time for one pin of `pages` 64 KiB pages (see
-/// [`PIN_CALL_US`]): slept, with whatever lock the caller holds, capped at
-/// 10 s.
+/// [`PIN_CALL_US`]), with whatever lock the caller holds: busy-waited up to
+/// 2 ms (RM's pinning is CPU work, and a sleep that short overshoots by
+/// its timer slack, under TCG by far more than the model's figures),
+/// slept above that; capped at 10 s.
 pub(crate) fn pin_cost(pages: u64) {
     let ns = PIN_CALL_US
         .load(Relaxed)
         .saturating_mul(1000)
         .saturating_add(pages.saturating_mul(PIN_PAGE_NS.load(Relaxed)));
-    if ns != 0 {
-        fsleep(Delta::from_micros(ns.div_ceil(1000).min(10_000_000) as i64));
+    let us = ns.div_ceil(1000).min(10_000_000);
+    if us == 0 {
+        return;
+    }
+    if us > 2000 {
+        fsleep(Delta::from_micros(us as i64));
+        return;
+    }
+    let mut left = us;
+    while left > 0 {
+        let chunk = left.min(500);
+        udelay(Delta::from_micros(chunk as i64));
+        left -= chunk;
     }
 }
 
