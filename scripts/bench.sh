@@ -284,6 +284,10 @@ cmd="$mods $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib
 # BENCH_NV_RM_LOCK=1: nvidia-peermem's side with gpusim's rm_lock=1 too (the
 # same conditions for both; plain kernel only: lockdep reports its cycle).
 [ "${BENCH_NV_RM_LOCK:-0}" = 1 ] && cmd="BENCH_NV_RM_LOCK=1 $cmd"
+# BENCH_PM_ARGS='...': peermem's module parameters (a measurement).
+[ -n "${BENCH_PM_ARGS:-}" ] && cmd="BENCH_PM_ARGS='$BENCH_PM_ARGS' $cmd"
+# BENCH_WARM=N: N more reg+dereg at 64 KiB and 2 MiB after each side's load.
+[ -n "${BENCH_WARM:-}" ] && cmd="BENCH_WARM=$BENCH_WARM $cmd"
 [ -n "${BENCH_SCALE_N:-}" ] && cmd="BENCH_SCALE_N=$BENCH_SCALE_N $cmd"
 if [ -n "$only" ]; then
 	cmd+=" --only $only"
@@ -319,7 +323,7 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
 	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
 	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
-	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" --meta "nv_rm_lock=${BENCH_NV_RM_LOCK:-0}" \
+	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" --meta "nv_rm_lock=${BENCH_NV_RM_LOCK:-0}" --meta "warm=${BENCH_WARM:-0}" --meta "pm_args=${BENCH_PM_ARGS:-}" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
 	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" \
