@@ -454,15 +454,30 @@ static unsigned int peermem_blocking_how(const struct mmu_notifier_range *range)
 }
 
 /*
- * Invalidations that change nothing a blocking watch's range maps: the
- * soft-dirty reset of /proc/pid/clear_refs invalidates the whole address
- * space (MMU_NOTIFY_SOFT_DIRTY, "still same page and same access flags")
- * and then skips VM_PFNMAP mappings (clear_refs_test_walk), whose entries
- * it never touches. The watch covers only such mappings until it fires.
+ * Invalidations that change nothing a blocking watch's range maps (the
+ * watch covers only VM_PFNMAP mappings until it fires):
+ *  - the soft-dirty reset of /proc/pid/clear_refs invalidates the whole
+ *    address space (MMU_NOTIFY_SOFT_DIRTY, "still same page and same
+ *    access flags") and then skips VM_PFNMAP mappings
+ *    (clear_refs_test_walk), whose entries it never touches;
+ *  - PAGEMAP_SCAN's write-protect request (PM_SCAN_WP_MATCHING, an ioctl()
+ *    of /proc/pid/pagemap) invalidates the whole range it was asked for
+ *    with MMU_NOTIFY_PROTECTION_VMA and then skips every mapping without
+ *    userfaultfd write-protection, VM_PFNMAP ones among them
+ *    (pagemap_scan_test_walk). No ioctl() changes the protection of a
+ *    VM_PFNMAP mapping (also not another process's, through its pagemap):
+ *    userfaultfd's write-protect works per mapping and
+ *    never on VM_PFNMAP ones; mprotect() is a system call of its own. A
+ *    32-bit compat task's ioctl() is not told apart: it revokes, as before.
  */
 static bool peermem_blocking_ignores(const struct mmu_notifier_range *range)
 {
-	return range->event == MMU_NOTIFY_SOFT_DIRTY;
+	if (range->event == MMU_NOTIFY_SOFT_DIRTY)
+		return true;
+	return range->event == MMU_NOTIFY_PROTECTION_VMA &&
+	       !(current->flags & PF_KTHREAD) &&
+	       !in_compat_syscall() &&
+	       syscall_get_nr(current, task_pt_regs(current)) == __NR_ioctl;
 }
 
 static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
