@@ -233,7 +233,8 @@ static void knob_set(const char *knob, int ms)
 	snprintf(path, sizeof(path), PMDBG "%s", knob);
 	snprintf(v, sizeof(v), "%d", ms);
 	if (write_str(path, v))
-		bail("cannot set %s", path);
+		bail("cannot set %s (%s; peermem %s)", path, strerror(errno),
+		     access("/sys/module/peermem", F_OK) ? "not loaded" : "loaded");
 }
 
 /* ---- the memory of one round ---- */
@@ -400,9 +401,26 @@ static void reload_fast(enum client cl)
 	if (fd < 0 || syscall(SYS_finit_module, fd, client_args(cl), 0))
 		bail("cannot load %s again: %s", ko, strerror(errno));
 	close(fd);
+	if (access(PMDBG "inject_delay_acquire_ms", F_OK))
+		bail("peermem loaded again (%s), but without its debugfs knobs: %s",
+		     access("/sys/module/peermem", F_OK) ? "not in /sys/module" : "in /sys/module",
+		     strerror(errno));
 }
 
 /* ---- one round ---- */
+
+/*
+ * The window a cause gets: MATRIX_DELAY_MS times the guest's slowdown (a
+ * slower guest takes longer to fire the cause); three times that for a
+ * fork (and its child's exit), a process exit and an unload (which starts
+ * the module's exit), which take longer than a system call.
+ */
+static int delay_of(enum cause ca)
+{
+	int d = (int)(slow_s(delay_ms / 1000.0) * 1000);
+
+	return ca == FORK || ca == EXIT || ca == UNLOAD ? 3 * d : d;
+}
 
 struct racer {
 	enum cause ca;
@@ -418,19 +436,31 @@ struct racer {
 static void *racer_thread(void *arg)
 {
 	struct racer *x = arg;
-	double end = now_s() + slow_s(10);
+	double end = now_s() + slow_s(10), before = now_s(), close_by;
+	long long e;
 
-	while (knob_count(x->knob, "entered") == x->entered0 && now_s() < end)
+	/* before: the last time the window was seen not begun yet. */
+	while (((e = knob_count(x->knob, "entered")) == x->entered0 || e < 0) && now_s() < end) {
+		before = now_s();
 		usleep(500);
-	x->landed = knob_count(x->knob, "entered") > x->entered0 &&
-		    knob_count(x->knob, "left") == x->left0;
+	}
+	/* The window stays open until at least close_by (it began after before). */
+	close_by = before + delay_of(x->ca) / 1000.0;
+	x->landed = e > x->entered0 && knob_count(x->knob, "left") == x->left0;
 	if (x->ca == UNLOAD) {
-		/* Landed: the unload began (module going) while the window was open. */
+		/*
+		 * Landed: the module was going (its exit began: the core's
+		 * unregister) before the window can have closed. The knob's
+		 * files went with the module's debugfs, so time proves it.
+		 */
 		x->ret = pthread_create(&x->u->t, NULL, unload_thread, x->u);
 		while (!unloading() && !x->u->done && now_s() < end)
-			usleep(500);
-		x->landed = x->landed && unloading() && knob_count(x->knob, "left") == x->left0;
+			usleep(200);
+		x->landed = x->landed && unloading() && now_s() < close_by;
 		x->inside = x->landed;
+		if (!x->landed)
+			diag("unload: going %d, %.0f ms after the window was seen open (it lasts %d ms)",
+			     unloading(), (now_s() - before) * 1000, delay_of(x->ca));
 		return NULL;
 	}
 	fork_knob = x->knob;
@@ -579,8 +609,7 @@ static void round_parent(enum client cl, enum cause ca, enum phase ph, struct ta
 	} else {
 		x.entered0 = knob_count(knob, "entered");
 		x.left0 = knob_count(knob, "left");
-		/* A fork (and its child's exit) takes longer than the other causes. */
-		knob_set(knob, ca == FORK ? 3 * delay_ms : delay_ms);
+		knob_set(knob, delay_of(ca));
 		pthread_create(&rt, NULL, racer_thread, &x);
 		if (dereg) {
 			if (ibv_dereg_mr(mr)) {
@@ -721,9 +750,11 @@ static void *exit_thread(void *arg)
 	double end = now_s() + slow_s(10);
 	char r;
 
-	while (knob_count(e->knob, "entered") == e->entered0 && now_s() < end)
+	long long n;
+
+	while (((n = knob_count(e->knob, "entered")) == e->entered0 || n < 0) && now_s() < end)
 		usleep(500);
-	r = knob_count(e->knob, "entered") > e->entered0 &&
+	r = n > e->entered0 &&
 	    knob_count(e->knob, "left") == e->left0 ? 'L' : 'M';
 	if (write(e->fd, &r, 1) != 1)
 		_exit(31);
@@ -777,7 +808,7 @@ static void round_exit(enum client cl, enum phase ph, struct tally *t, const cha
 		bail("cannot read the core's counters of %s", pm_name);
 	if (pipe(p))
 		bail("pipe");
-	knob_set(knob, 3 * delay_ms);
+	knob_set(knob, delay_of(EXIT));
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
@@ -892,8 +923,8 @@ int main(void)
 		bail("exporter: cannot allocate %lu bytes of reserved RAM", PLEN);
 	load_modules("pfnmap=1");
 	gfd = gpusim_and_host_mr(&c, PLEN, &h, &hmr);
-	diag("matrix: %d round(s) a cell, windows of %d ms%s%s", rounds_per_cell, delay_ms,
-	     only ? ", only " : "", only ? only : "");
+	diag("matrix: %d round(s) a cell, windows of %d ms (%d for fork, exit and unload)%s%s",
+	     rounds_per_cell, delay_of(FREE), delay_of(FORK), only ? ", only " : "", only ? only : "");
 	for (enum client cl = 0; cl < NCLIENTS; cl++)
 		for (enum cause ca = 0; ca < NCAUSES; ca++)
 			if (not_applicable(ca, cl))
