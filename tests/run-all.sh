@@ -236,6 +236,15 @@ if [ "$old_branch" != none ]; then
 	# Each with gpusim's branch as its own environment (scripts/vm.sh's
 	# TEST@NAME=VALUE), dealt to the slots with the rest: no boot of their own.
 	for t in "${btests[@]}"; do gtests+=("$t@GPUSIM_ARGS=branch=$old_branch"); done
+	# The race matrix's GPU-free row (where the branches differ: 550 returns 0
+	# from a put whose free callback is still to come) against it too; the
+	# other causes do not meet the driver's put and free rules.
+	m=tests/guest/pfnmap/t_peermem_matrix
+	if wanted pfnmap && [ -x "$m" ] && [ "${PEERMEM_OLD_BRANCH_ALL:-0}" != 1 ]; then
+		gtests+=("$m@GPUSIM_ARGS=branch=$old_branch@MATRIX_ONLY=all,gpu_free")
+	elif wanted pfnmap && [ -x "$m" ]; then
+		gtests+=("$m@GPUSIM_ARGS=branch=$old_branch")
+	fi
 fi
 
 # peermem and e2e again with gpusim's RM lock forced on (PEERMEM_RM_LOCK_RUN=1;
