@@ -161,7 +161,7 @@ done
 # A job's TAP is printed whole when the job ends, in job order.
 gtests=()
 # --kcsan: the programs that race, and nothing else (see the header).
-kcsan_programs=(tests/guest/pfnmap/t_peermem_matrix tests/guest/soak/t_soak_short
+kcsan_programs=(tests/guest/pfnmap/t_peermem_matrix* tests/guest/soak/t_soak_short
 	tests/guest/peermem/t_peermem_events tests/guest/peermem/t_peermem_evfiles
 	tests/guest/peermem/t_peermem_rmrace tests/guest/e2e/t_*)
 kcsan_program() { local p; for p in "${kcsan_programs[@]}"; do [[ $1 == $p ]] && return 0; done; return 1; }
@@ -239,12 +239,13 @@ if [ "$old_branch" != none ]; then
 	# The race matrix's GPU-free row (where the branches differ: 550 returns 0
 	# from a put whose free callback is still to come) against it too; the
 	# other causes do not meet the driver's put and free rules.
-	m=tests/guest/pfnmap/t_peermem_matrix
-	if wanted pfnmap && [ -x "$m" ] && [ "${PEERMEM_OLD_BRANCH_ALL:-0}" != 1 ]; then
-		gtests+=("$m@GPUSIM_ARGS=branch=$old_branch@MATRIX_ONLY=all,gpu_free")
-	elif wanted pfnmap && [ -x "$m" ]; then
-		gtests+=("$m@GPUSIM_ARGS=branch=$old_branch")
-	fi
+	for m in tests/guest/pfnmap/t_peermem_matrix tests/guest/pfnmap/t_peermem_matrix_nc; do
+		if wanted pfnmap && [ -x "$m" ] && [ "${PEERMEM_OLD_BRANCH_ALL:-0}" != 1 ]; then
+			gtests+=("$m@GPUSIM_ARGS=branch=$old_branch@MATRIX_ONLY=all,gpu_free")
+		elif wanted pfnmap && [ -x "$m" ]; then
+			gtests+=("$m@GPUSIM_ARGS=branch=$old_branch")
+		fi
+	done
 fi
 
 # peermem and e2e again with gpusim's RM lock forced on (PEERMEM_RM_LOCK_RUN=1;
