@@ -23,7 +23,8 @@ usage='lib/deb.sh [--out DIR] [--help]'
 out=$top/dist
 while [ $# -gt 0 ]; do
 	case $1 in
-	--out) [ $# -ge 2 ] || { echo "usage: $usage" >&2; exit 2; }; out=$2; shift 2 ;;
+	--out) [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || { echo "lib/deb.sh: option --out needs a value" >&2; echo "usage: $usage" >&2; exit 2; }
+		out=$2; shift 2 ;;
 	-h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "lib/deb.sh: unknown argument '$1'" >&2; echo "usage: $usage" >&2; exit 2 ;;
 	esac

@@ -6,8 +6,10 @@
 #
 # The package holds what `make dkms-install` puts on a host (scripts/dkms.sh
 # stage): the sources and dkms.conf in /usr/src/peermem-<version>/,
-# /etc/modprobe.d/peermem.conf (softdeps on the NVIDIA driver and OFED's
-# core) and /etc/modules-load.d/peermem.conf (load at boot). By default the
+# /usr/lib/modprobe.d/peermem.conf (softdeps on the NVIDIA driver and OFED's
+# core) and /usr/lib/modules-load.d/peermem.conf (load at boot); a file of
+# the same name in /etc overrides either (kmod and systemd read both, on the
+# merged /usr of every current Debian and Ubuntu). By default the
 # module is the drop-in nvidia_peermem (what NCCL, UCX, UCC, NVSHMEM and
 # Open MPI detect); --peermem packages peermem.ko instead, --no-boot-load
 # leaves the boot loading out. The version is PEERMEM_VERSION in
@@ -19,8 +21,10 @@
 # CONFIG_RUST=y and its headers (others are skipped with a line saying so);
 # dkms builds it again for each new kernel and signs it where dkms signs
 # (Ubuntu: the MOK of shim-signed; Debian: /var/lib/dkms/mok.key). Removing
-# it (`apt remove`) removes it from dkms for every kernel; `apt purge` also
-# removes the two /etc files. Needs dpkg-deb; builds as any user.
+# it (`apt remove`) removes it from dkms for every kernel, and the two files
+# with the package: none is a conffile, so nothing is kept that would go on
+# acting (loading a module at boot, refusing NVIDIA's). Needs dpkg-deb;
+# builds as any user.
 set -euo pipefail
 {
 . "$(dirname "$0")/lib.sh"
@@ -48,8 +52,11 @@ root=$work/root
 PEERMEM_DKMS_JOBS='$(nproc)' bash scripts/dkms.sh stage "$root" "${stage_args[@]}"
 mkdir -p "$root/DEBIAN" "$root/usr/share/doc/peermem-dkms"
 cp LICENSE "$root/usr/share/doc/peermem-dkms/copyright"
-(cd "$root" && find etc -type f | sed 's|^|/|' | sort) >"$root/DEBIAN/conffiles"
 size=$(du -sk "$root" | cut -f1)
+# No Recommends of a compiler: a module is built with the kernel's own
+# (gcc for Ubuntu's kernels; for a clang-built one its versioned clang,
+# which the Makefile names), and an unversioned clang/lld would only pull
+# in the distribution's default version.
 cat >"$root/DEBIAN/control" <<C
 Package: peermem-dkms
 Version: $version
@@ -57,7 +64,6 @@ Architecture: all
 Section: kernel
 Priority: optional
 Depends: dkms (>= 2.8), make, python3
-Recommends: clang, lld, llvm
 Installed-Size: $size
 Maintainer: peermem developers <peermem@localhost>
 Description: GPU-memory peer-memory client for RDMA (DKMS, Rust)

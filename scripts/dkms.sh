@@ -36,10 +36,12 @@
 #     kernel/ directory where NVIDIA's precompiled packages and .run installer
 #     put nvidia-peermem.ko.
 # uninstall: `dkms remove --all` of every peermem version, and the files above.
-# stage: writes what install would put on the host, under ROOT
-#   (ROOT/usr/src/peermem-<version>/ with dkms.conf, ROOT/etc/modprobe.d/
-#   and ROOT/etc/modules-load.d/ files; no BUILD_DEPENDS), and runs nothing:
-#   the tree of the .deb (scripts/deb.sh, make deb). Needs neither root nor dkms.
+# stage: writes the tree of the .deb (scripts/deb.sh, make deb) under ROOT
+#   and runs nothing: ROOT/usr/src/peermem-<version>/ with dkms.conf (no
+#   BUILD_DEPENDS), and the two files in ROOT/usr/lib/modprobe.d/ and
+#   ROOT/usr/lib/modules-load.d/: a package's own files, which `apt remove`
+#   deletes (in /etc they would be conffiles, which dpkg keeps until a
+#   purge, still acting). Needs neither root nor dkms.
 #
 # Environment: DKMS (the dkms command), PEERMEM_DKMS_SRC (default /usr/src),
 # PEERMEM_MODPROBE_D (default /etc/modprobe.d), PEERMEM_MODULES_LOAD_D
@@ -87,11 +89,13 @@ if [ "$cmd" = stage ] && [ ${#kernels[@]} -gt 0 ]; then usage_die "stage takes n
 modname=peermem makeopt=""
 if [ "$dropin" = 1 ]; then modname=nvidia_peermem makeopt="DROPIN=1"; fi
 
-# stage_files SRC_ROOT MODPROBE_D MODULES_LOAD_D BUILD_DEPENDS...: the
-# sources with dkms.conf, the modprobe.d file and (with boot loading) the
-# modules-load.d file.
+# stage_files SRC_ROOT MODPROBE_D MODULES_LOAD_D ORIGIN UNDO BUILD_DEPENDS...:
+# the sources with dkms.conf, the modprobe.d file and (with boot loading)
+# the modules-load.d file; ORIGIN says in them who installed them, UNDO
+# what removes them.
 stage_files() {
-	local dst=$1/$name-$version mpd=$2 mld=$3 bdeps="" i=0 d; shift 3
+	local dst=$1/$name-$version mpd=$2 mld=$3 origin=$4 undo=$5 bdeps="" i=0 d; shift 5
+	local mpfile=${mpd#"${stage_root:-}"}/peermem.conf
 	mkdir -p "$dst/scripts"
 	# The sources only (no build outputs of a checkout that was built).
 	(cd "$top" && cp Kbuild Makefile "$dst"/ &&
@@ -104,21 +108,23 @@ stage_files() {
 	printf '%s' "$bdeps" >>"$dst/dkms.conf"
 	mkdir -p "$mpd"
 	{
-		sed -n '/^# BEGIN common/,/^# END common/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in" | sed "s|@MODNAME@|$modname|g"
+		sed -n '/^# BEGIN common/,/^# END common/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
 		if [ "$dropin" = 1 ]; then
 			sed -n '/^# BEGIN dropin/,/^# END dropin/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
 		else
 			sed -n '/^# BEGIN peermem/,/^# END peermem/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
 		fi
-	} >"$mpd/peermem.conf"
+	} | sed -e "s|@MODNAME@|$modname|g" -e "s|@ORIGIN@|Installed by $origin; removed by $undo.|" \
+		-e "s|@FILE@|$mpfile|g" -e "s|@UNDO@|$undo|g" >"$mpd/peermem.conf"
 	if [ "$bootload" = 1 ]; then
 		mkdir -p "$mld"
-		printf '# Installed by peermem (scripts/dkms.sh; make dkms-uninstall removes it):\n# load peermem at boot, after the GPU driver and the peer-memory core\n# (softdeps in /etc/modprobe.d/peermem.conf).\n%s\n' \
-			"$modname" >"$mld/peermem.conf"
+		printf '# Installed by %s; removed by %s.\n# Load peermem at boot, after the GPU driver and the peer-memory core\n# (softdeps in %s).\n%s\n' \
+			"$origin" "$undo" "$mpfile" "$modname" >"$mld/peermem.conf"
 	fi
 }
 if [ "$cmd" = stage ]; then
-	stage_files "$stage_root/usr/src" "$stage_root/etc/modprobe.d" "$stage_root/etc/modules-load.d"
+	stage_files "$stage_root/usr/src" "$stage_root/usr/lib/modprobe.d" "$stage_root/usr/lib/modules-load.d" \
+		"the peermem-dkms package" "apt remove peermem-dkms"
 	exit 0
 fi
 command -v "$dkms" >/dev/null || die "dkms not found: install it (Debian/Ubuntu: apt install dkms; RHEL: dnf install dkms from EPEL)"
@@ -166,7 +172,7 @@ deps=()
 for d in /var/lib/dkms/mlnx-ofed-kernel /var/lib/dkms/nvidia*; do
 	[ -d "$d" ] && deps+=("$(basename "$d")")
 done
-stage_files "$src_root" "$modprobe_d" "$modules_load_d" "${deps[@]}"
+stage_files "$src_root" "$modprobe_d" "$modules_load_d" "peermem's make dkms-install (scripts/dkms.sh)" "make dkms-uninstall" "${deps[@]}"
 
 "$dkms" add "$name/$version"
 rc=0

@@ -48,6 +48,9 @@ say() {
 	case $1 in PASS) npass=$((npass + 1)) ;; WARN) nwarn=$((nwarn + 1)) ;; FAIL) nfail=$((nfail + 1)) ;; esac
 }
 rd() { local v=''; { read -r v <"$1"; } 2>/dev/null; printf '%s' "$v"; }
+# rdv VAR FILE: VAR is FILE's first line ('' if unreadable), without the
+# fork of $(rd FILE) (a program start is slow on a debug kernel).
+rdv() { local rdv_line=''; { read -r rdv_line <"$2"; } 2>/dev/null; printf -v "$1" '%s' "$rdv_line"; }
 
 # ---- kernel config: /proc/config.gz, /boot/config-REL, the headers' .config
 cfg=''
@@ -95,7 +98,7 @@ hcfg=$cfg
 [ -r "$M/build/.config" ] && hcfg=$(cat "$M/build/.config")
 for t in rustc bindgen; do
 	key=CONFIG_${t^^}_VERSION_TEXT
-	want=$(sed -n "s/^$key=//p" <<<"$hcfg" | tr -d '"')
+	want=''; [ -z "$hcfg" ] || want=$(sed -n "s/^$key=//p" <<<"$hcfg" | tr -d '"')
 	if [ -z "$want" ]; then
 		if command -v "$t" >/dev/null 2>&1; then say WARN "$t" "the kernel's configuration names no $t version; found $($t --version 2>/dev/null | head -n 1)"
 		else say FAIL "$t" "the kernel names no $t version and none is installed"; fi
@@ -113,15 +116,15 @@ done
 # ---- symbols: /proc/kallsyms (names are readable without root)
 ksyms=''
 [ -r "$P/kallsyms" ] && ksyms=$(grep -E ' (ib_register_peer_memory_client|nvidia_p2p_get_pages)(\s|$)' "$P/kallsyms")
-owner() { # SYM: the module that has it, or "the kernel"
-	local l
-	l=$(grep -E " $1(\s|$)" <<<"$ksyms" | head -n 1)
-	[ -n "$l" ] || return 1
-	if [[ $l == *"["*"]"* ]]; then l=${l##*[}; echo "${l%]*}"; else echo "the kernel (built in)"; fi
+owner() { # SYM: OWNER is the module that has it, or "the kernel"; fails if none
+	local l x=''
+	while IFS= read -r l; do [[ $l =~ \ $1([[:space:]]|$) ]] && { x=$l; break; }; done <<<"$ksyms"
+	[ -n "$x" ] || return 1
+	if [[ $x == *"["*"]"* ]]; then x=${x##*[}; OWNER=${x%]*}; else OWNER="the kernel (built in)"; fi
 }
 
 # 5. OFED's peer-memory core, and its version
-if o=$(owner ib_register_peer_memory_client); then
+if owner ib_register_peer_memory_client; then o=$OWNER
 	say PASS peer-memory-core "ib_register_peer_memory_client is exported by $o"
 else
 	say FAIL peer-memory-core "no ib_register_peer_memory_client in /proc/kallsyms: MLNX_OFED/DOCA-OFED's ib_core/ib_uverbs are not loaded (the distribution's have no peer-memory core): install DOCA-OFED for kernel $rel and load it (/etc/init.d/openibd restart, or modprobe ib_uverbs)"
@@ -130,7 +133,7 @@ ofed=''
 if [ -z "$root" ] && command -v ofed_info >/dev/null 2>&1; then ofed=$(ofed_info -s 2>/dev/null | tr -d ':'); fi
 if [ -z "$ofed" ]; then
 	for m in mlx_compat ib_uverbs ib_core; do
-		v=$(rd "$S/module/$m/version"); [ -n "$v" ] && { ofed="$v ($m)"; break; }
+		rdv v "$S/module/$m/version"; [ -n "$v" ] && { ofed="$v ($m)"; break; }
 	done
 fi
 case $ofed in
@@ -140,7 +143,7 @@ case $ofed in
 esac
 
 # 6. the GPU driver
-if o=$(owner nvidia_p2p_get_pages); then
+if owner nvidia_p2p_get_pages; then o=$OWNER
 	if [ "$o" = gpusim ]; then say PASS gpu-driver "nvidia_p2p_get_pages from gpusim (the rig's emulated GPU)"
 	else say PASS gpu-driver "nvidia_p2p_get_pages from $o$([ -r "$S/module/nvidia/version" ] && echo " $(rd "$S/module/nvidia/version")")"; fi
 elif [ -d "$S/module/nvidia" ]; then
@@ -153,12 +156,12 @@ fi
 # hand out v1.2 tables (0x00010002), 580 and later v2.0 (0x00020000, with
 # flags). This peermem reads both; a loaded peermem without the debugfs
 # file last_pin_version is an older build that refuses v2.0 tables.
-nvver=$(rd "$S/module/nvidia/version") nvfrom=nvidia
+rdv nvver "$S/module/nvidia/version"; nvfrom=nvidia
 if [ -z "$nvver" ] && [ -z "$root" ] && [ -d "$S/module/nvidia" ]; then
 	nvver=$(modinfo -F version nvidia 2>/dev/null | head -n1)
 fi
 if [ -z "$nvver" ] && [ -d "$S/module/gpusim" ]; then
-	nvver=$(rd "$S/module/gpusim/parameters/branch") nvfrom="gpusim emulating"
+	rdv nvver "$S/module/gpusim/parameters/branch"; nvfrom="gpusim emulating"
 fi
 branch=${nvver%%.*}
 oldpm=''
@@ -203,10 +206,12 @@ if [ -z "$pm" ]; then
 else
 	for m in $pm; do
 		d=$S/kernel/debug/$m
-		v=$(rd "$S/module/$m/version")
+		rdv v "$S/module/$m/version"
 		if [ -r "$d/registrations_acquired" ]; then
-			acq=$(rd "$d/registrations_acquired") relz=$(rd "$d/registrations_released") err=$(rd "$d/errors")
-			say PASS peermem "$m $v loaded and registered ($(rd "$S/module/$m/parameters/peer_name")$([ "$(rd "$S/module/$m/parameters/enable_nc")" = Y ] && echo ", $(rd "$S/module/$m/parameters/peer_name")_nc")); live registrations $((acq - relz)), errors $err"
+			rdv acq "$d/registrations_acquired"; rdv relz "$d/registrations_released"; rdv err "$d/errors"
+			rdv pname "$S/module/$m/parameters/peer_name"; rdv nc "$S/module/$m/parameters/enable_nc"
+			ncname=''; [ "$nc" != Y ] || ncname=", ${pname}_nc"
+			say PASS peermem "$m $v loaded and registered ($pname$ncname); live registrations $((acq - relz)), errors $err"
 		elif [ -d "$S/kernel/debug" ] && [ -z "$(ls -A "$S/kernel/debug" 2>/dev/null)" ]; then
 			say WARN peermem "$m $v loaded (it registers at load or fails to load); debugfs is not mounted or not readable, so no counters: mount -t debugfs none /sys/kernel/debug (as root)"
 		else
@@ -234,7 +239,7 @@ for s in "NCCL:/sys/kernel/mm/memory_peers/nv_mem/version /sys/kernel/mm/memory_
 done
 
 # 10. DMA-BUF, the alternative
-nvv=$(rd "$P/driver/nvidia/version")
+rdv nvv "$P/driver/nvidia/version"
 if [ -z "$cfg" ]; then
 	say INFO dma-buf "unknown: no kernel configuration to read CONFIG_DMA_SHARED_BUFFER from"
 elif [ "$(kconf CONFIG_DMA_SHARED_BUFFER)" != y ]; then
@@ -256,8 +261,8 @@ if [ -r "$f" ]; then
 elif [ -z "$root" ] && command -v mokutil >/dev/null 2>&1; then
 	case $(mokutil --sb-state 2>/dev/null) in *enabled*) sb=on ;; *disabled*) sb=off ;; esac
 fi
-enforce=$(rd "$S/module/module/parameters/sig_enforce")
-kos=$(find "$M" \( -name 'peermem.ko*' -o -name 'nvidia_peermem.ko*' \) 2>/dev/null)
+rdv enforce "$S/module/module/parameters/sig_enforce"
+kos=''; [ ! -d "$M" ] || kos=$(find "$M" \( -name 'peermem.ko*' -o -name 'nvidia_peermem.ko*' \) 2>/dev/null)
 signed='' unsigned=''
 for k in $kos; do
 	if [ -n "$(modinfo -F signer "$k" 2>/dev/null)" ]; then signed+=" ${k#"$root"}"; else unsigned+=" ${k#"$root"}"; fi

@@ -20,8 +20,9 @@ The export type is EXPORT_SYMBOL_GPL when the ksymtab entry is in
 __ksymtab, and a GPL module (peermem is one) may use either. Namespaces are
 not recovered (neither NVIDIA's nor OFED's exports use one).
 
-Exit status 0 with the lines on stdout, 1 with a message on stderr when the
-file cannot be read as an ELF module, 2 when it exports nothing matching.
+Exit status 0 with the lines on stdout (or for --help), 1 with a message on
+stderr when the file cannot be read as an ELF module or the arguments are
+wrong (a usage line), 2 when it exports nothing matching.
 """
 import gzip
 import lzma
@@ -105,9 +106,19 @@ def exports(data):
         yield sym, crcs.get(sym), sec
 
 
+USAGE = "usage: ko-exports.py MODULE.ko[.xz|.zst|.gz] NAME [PREFIX...] | --help"
+
+
 def main(argv):
+    if len(argv) >= 2 and argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    bad = [a for a in argv[1:] if a.startswith("-")]
+    if bad:
+        print(f"ko-exports.py: unknown option '{bad[0]}'\n{USAGE}", file=sys.stderr)
+        return 1
     if len(argv) < 3:
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        print(f"ko-exports.py: want a module file and a module name\n{USAGE}", file=sys.stderr)
         return 1
     path, modname, prefixes = argv[1], argv[2], argv[3:]
     try:

@@ -98,7 +98,14 @@ run_tap() {
 # --- setup and builds ------------------------------------------------------
 if [ "$skip_setup" = 0 ]; then
 	pm_stage "run-all: host setup (scripts/setup-host.sh)"
-	if scripts/setup-host.sh; then result ok "host setup"; else result fail "host setup (scripts/setup-host.sh)"; fi
+	if scripts/setup-host.sh; then result ok "host setup"
+	else
+		# Everything after needs the host it sets up (and a refused host,
+		# not Debian 12, is not to be built on): stop here.
+		result fail "host setup (scripts/setup-host.sh); nothing else run"
+		echo "$npass passed, $nfail failed, $nskip skipped"
+		exit 1
+	fi
 fi
 
 if [ -z "$kdir" ]; then

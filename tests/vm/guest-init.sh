@@ -43,10 +43,17 @@ power_off() {
 fatal() { kmsg "FATAL: $*"; power_off; }
 
 # --- a writable system on a read-only root ---------------------------------
-# Every exec is slow in this guest (KASAN, lockdep, TCG): builtins wherever
-# possible, one command per mount.
+# Every exec is slow in this guest (KASAN, lockdep, TCG; 1-2 s each at half
+# speed): builtins wherever possible, and the mounts in two `mount -a` of
+# this directory's guest-fstab.1 and guest-fstab.2.
+here=${0%/*}
 mount -t proc -o nosuid,nodev,noexec proc /proc || fatal "cannot mount /proc"
-mount -t sysfs -o nosuid,nodev,noexec sysfs /sys || fatal "cannot mount /sys"
+# mounted DIR: something is mounted on DIR (from /proc/self/mounts).
+mounted() {
+	local dev dir rest
+	while read -r dev dir rest; do [ "$dir" = "$1" ] && return 0; done < /proc/self/mounts
+	return 1
+}
 # CONFIG_DEVTMPFS_MOUNT mounts /dev when the kernel mounts the root itself.
 [ -e /dev/null ] && [ -c /dev/kmsg ] || mount -t devtmpfs devtmpfs /dev || fatal "cannot mount /dev"
 # A checkout under /tmp, /run or /var/tmp (a CI clone, say) would vanish
@@ -58,12 +65,15 @@ case "$repo" in
 	mkdir -p /dev/.peermem-repo && mount --bind "$repo" /dev/.peermem-repo || fatal "cannot keep $repo aside" ;;
 *) repo= ;;
 esac
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp || fatal "cannot mount tmpfs on /tmp"
-mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run || fatal "cannot mount tmpfs on /run"
-mount -t debugfs -o nosuid,nodev,noexec debugfs /sys/kernel/debug || kmsg "warning: no debugfs"
+mount -a -T "$here/guest-fstab.1"
+for d in /sys /tmp /run; do mounted "$d" || fatal "cannot mount $d ($here/guest-fstab.1)"; done
+mounted /sys/kernel/debug || kmsg "warning: no debugfs"
 mkdir -p "$RES" /run/lock /run/user /dev/pts /dev/shm
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none peermem-results "$RES" ||
-	fatal "cannot mount the results share (tag peermem-results)"
+# (A checkout under /tmp is now under the guest's tmpfs: read it aside.)
+fstab2=$here/guest-fstab.2
+[ -z "$repo" ] || fstab2=/dev/.peermem-repo/tests/vm/guest-fstab.2
+mount -a -T "$fstab2"
+mounted "$RES" || fatal "cannot mount the results share (tag peermem-results) on $RES ($fstab2)"
 [ -f "$RES/vm.conf" ] || fatal "no $RES/vm.conf from the host"
 # From here on, this script's own chatter goes to a file, so that the serial
 # console carries only kernel messages (and our /dev/kmsg markers).
@@ -72,10 +82,7 @@ exec >>"$RES/init.log" 2>&1
 . "$RES/vm.conf"
 : "${TEST_TIMEOUT:=300}" "${KMEMLEAK:=1}"
 export PEERMEM_ROOT PEERMEM_VM=1 PEERMEM_RESULTS=$RES
-# Less used places: /var/tmp, ptys, POSIX shm.
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /var/tmp
-mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
-mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
+for d in /var/tmp /dev/pts /dev/shm; do mounted "$d" || echo "warning: nothing mounted on $d"; done
 [ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
 if [ -n "$repo" ]; then
 	mkdir -p "$repo" && mount --move /dev/.peermem-repo "$repo" || fatal "cannot put $repo back"
@@ -96,7 +103,9 @@ echo 0 > /proc/sys/kernel/printk_ratelimit
 # created afterwards give it to peer-memory clients as their DMA device.
 dmadev=
 for d in /sys/bus/pci/devices/*; do
-	[ "$(<"$d/vendor")" = 0x1234 ] && [ "$(<"$d/device")" = 0x11e8 ] || continue
+	vendor='' device=''
+	read -r vendor < "$d/vendor"; read -r device < "$d/device"
+	[ "$vendor" = 0x1234 ] && [ "$device" = 0x11e8 ] || continue
 	dmadev=${d##*/}
 	[ -e "$d/driver" ] && echo "$dmadev" > "$d/driver/unbind"
 	echo DMA > "$d/iommu_group/type" 2>/dev/null
@@ -107,8 +116,14 @@ for d in /sys/bus/pci/devices/*; do
 	fi
 	break
 done
-[ -n "$dmadev" ] && kmsg "rig DMA device $dmadev (iommu group $(basename "$(readlink -f "/sys/bus/pci/devices/$dmadev/iommu_group")"): $(<"/sys/bus/pci/devices/$dmadev/iommu_group/type"))" ||
+if [ -n "$dmadev" ]; then
+	# The group's number: the link's target, read with cd -P (no program).
+	cd -P "/sys/bus/pci/devices/$dmadev/iommu_group" && group=${PWD##*/}; cd /
+	read -r gtype < "/sys/bus/pci/devices/$dmadev/iommu_group/type"
+	kmsg "rig DMA device $dmadev (iommu group ${group:-?}: $gtype)"
+else
 	kmsg "warning: no rig DMA device (QEMU edu behind intel-iommu); peer memory cannot be registered"
+fi
 export PEERMEM_DMA_DEVICE=$dmadev
 
 leak=/sys/kernel/debug/kmemleak

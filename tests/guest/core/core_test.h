@@ -56,17 +56,78 @@ static double slow_s(double secs)
 	return secs * (double)pct / 100.0;
 }
 
+/*
+ * A plain command (words of [A-Za-z0-9_./=:,+@-], at most 31, and at most a
+ * trailing " 2>/dev/null") runs without /bin/sh: each program start costs
+ * 0.3-2 s in the rig (KASAN, lockdep, TCG), and most commands here are an
+ * insmod or rmmod. Returns its exit status, -1 if it is not plain (or did
+ * not exit), with *plain saying which.
+ */
+static int run_plain(char *cmd, int *plain)
+{
+	static const char quiet[] = " 2>/dev/null";
+	size_t len = strlen(cmd), ql = sizeof(quiet) - 1;
+	char *argv[32], *p;
+	int argc = 0, devnull = 0, st;
+	pid_t pid;
+
+	*plain = 0;
+	if (len > ql && !strcmp(cmd + len - ql, quiet)) {
+		cmd[len - ql] = 0;
+		devnull = 1;
+	}
+	for (p = cmd; *p; p++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+@- ", *p))
+			goto shell;
+	for (p = cmd; *p; p++)
+		if (*p != ' ' && (p == cmd || p[-1] == ' ') && ++argc > 31)
+			goto shell;
+	if (!argc)
+		goto shell;
+	argc = 0;
+	for (p = strtok(cmd, " "); p; p = strtok(NULL, " "))
+		argv[argc++] = p;
+	argv[argc] = NULL;
+	*plain = 1;
+	pid = fork();
+	if (pid == 0) {
+		if (devnull) {
+			int fd = open("/dev/null", O_WRONLY);
+
+			if (fd >= 0)
+				dup2(fd, 2);
+		}
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	if (pid < 0)
+		return -1;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+shell:
+	/* Not plain: undo the cut (strtok never runs on a refused command). */
+	if (devnull)
+		cmd[len - ql] = ' ';
+	return -1;
+}
+
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int run(const char *fmt, ...)
 {
 	char cmd[1024];
 	va_list ap;
-	int rc;
+	int rc, plain;
 
 	va_start(ap, fmt);
 	vsnprintf(cmd, sizeof(cmd), fmt, ap);
 	va_end(ap);
 	fflush(stdout);
+	fflush(stderr);
+	rc = run_plain(cmd, &plain);
+	if (plain)
+		return rc;
 	rc = system(cmd);
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }

@@ -15,7 +15,7 @@
  *   memory small) every open succeeds with no kernel report, and a
  *   revocation still reaches them: up to 40000 (beyond the ~32k files at
  *   which the old global table's growth WARNed) within EVFILES_SECONDS
- *   (default 30), and at least 4096 whatever the machine's speed;
+ *   (default 20), and at least 2048 whatever the machine's speed;
  * - event_files_per_user=0 is refused at load, with the range in the log.
  */
 #define _GNU_SOURCE
@@ -25,7 +25,7 @@
 
 #define LEN (128 * 1024UL)
 #define NFILES 40000
-#define MIN_FILES 4096
+#define MIN_FILES 2048
 #define OTHER_UID 65534
 
 static struct conn c;
@@ -208,11 +208,12 @@ int main(void)
 		if (conn_open(&c))
 			bail("cannot set up an RC loopback on " RXE_DEV);
 		/*
-		 * To a time budget (EVFILES_SECONDS, default 30): all 40000
-		 * where the machine allows, and at least MIN_FILES (4 times
-		 * the default limit) whatever its speed.
+		 * To a time budget (EVFILES_SECONDS, default 20; 30 and 4096
+		 * files until 2026-11-26, cut for CI's time): all 40000 where
+		 * the machine allows, and at least MIN_FILES (twice the
+		 * default limit) whatever its speed.
 		 */
-		double secs = getenv("EVFILES_SECONDS") ? atof(getenv("EVFILES_SECONDS")) : 30;
+		double secs = getenv("EVFILES_SECONDS") ? atof(getenv("EVFILES_SECONDS")) : 20;
 		int tried;
 
 		t0 = now_s();

@@ -25,8 +25,9 @@ fi
 exec 9>/tmp/peermem-dkms-test.lock
 flock 9
 if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem.conf ] ||
-	[ -e /etc/modules-load.d/peermem.conf ] || dpkg-query -W peermem-dkms >/dev/null 2>&1 || ! command -v dpkg >/dev/null; then
-	dk_skip "build, install, uninstall" "a peermem install exists on this host (/var/lib/dkms/peermem, /usr/src/peermem-*, /etc/modprobe.d/peermem.conf, /etc/modules-load.d/peermem.conf or the peermem-dkms package), or no dpkg; not touching it"
+	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
+	dpkg-query -W peermem-dkms >/dev/null 2>&1 || ! command -v dpkg >/dev/null; then
+	dk_skip "build, install, uninstall" "a peermem install exists on this host (/var/lib/dkms/peermem, /usr/src/peermem-*, peermem.conf in /etc or /usr/lib modprobe.d or modules-load.d, or the peermem-dkms package), or no dpkg; not touching it"
 	exec 9>&-
 	return 0
 fi
@@ -46,7 +47,7 @@ dk_cleanup() {
 	dpkg --purge peermem-dkms >/dev/null 2>&1
 	dkms remove "peermem/$ver" --all >/dev/null 2>&1
 	rm -rf /var/lib/dkms/peermem "/usr/src/peermem-$ver"
-	[ "$made_etc" = 1 ] && rm -f /etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf
+	[ "$made_etc" = 1 ] && rm -f /etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf /usr/lib/modprobe.d/peermem.conf /usr/lib/modules-load.d/peermem.conf
 	rm -f "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"*
 	[ -n "$mok_before" ] || rm -f /var/lib/dkms/mok.key /var/lib/dkms/mok.pub
 	[ "$made_build" = 1 ] && rm -f "/lib/modules/$krel/build"
@@ -74,14 +75,20 @@ cp "$ofd/Module.symvers" "$tr/usr/src/ofa_kernel/x86_64/6.8.0-old/"
 ln -s x86_64/6.8.0-old "$tr/usr/src/ofa_kernel/default"
 
 # The package (make deb), installed as a user would (dpkg -i, what `apt
-# install ./peermem-dkms_*.deb` runs): its postinst adds it to dkms and
-# builds it for every kernel with Rust; purge must leave nothing.
+# install ./peermem-dkms_*.deb` runs once it has the dependencies): its
+# postinst adds it to dkms and builds it for every kernel with Rust.
+# Removal (dpkg -r, what `apt remove` runs) must leave nothing that acts:
+# its modprobe.d and modules-load.d files are the package's own files in
+# /usr/lib, not conffiles in /etc (which dpkg keeps after a remove: a
+# modules-load.d file would then load NVIDIA's nvidia_peermem at boot, and
+# the --peermem build's install rule would keep refusing it).
 deb=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb" 2>"$scratch/deb.log" | tail -n 1)
 cont=$(dpkg-deb -c "$deb" 2>/dev/null | awk '{print $6}')
 if [ -f "$deb" ] && [ "$(dpkg-deb -f "$deb" Version)" = "$ver" ] && [ "$(dpkg-deb -f "$deb" Package)" = peermem-dkms ] &&
-	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './etc/modprobe.d/peermem.conf' <<<"$cont" &&
-	grep -qx './etc/modules-load.d/peermem.conf' <<<"$cont" && ! grep -qE '\.(o|ko|cmd)$|ffi_generated' <<<"$cont"; then
-	ok "dkms: make deb builds ${deb##*/} (version $ver from include/peermem_ffi.h; sources, dkms.conf, modprobe.d and modules-load.d files; no build outputs)"
+	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './usr/lib/modprobe.d/peermem.conf' <<<"$cont" &&
+	grep -qx './usr/lib/modules-load.d/peermem.conf' <<<"$cont" && ! grep -q '^\./etc/.' <<<"$cont" &&
+	! dpkg-deb -I "$deb" conffiles >/dev/null 2>&1 && ! grep -qE '\.(o|ko|cmd)$|ffi_generated' <<<"$cont"; then
+	ok "dkms: make deb builds ${deb##*/} (version $ver from include/peermem_ffi.h; sources, dkms.conf, /usr/lib/modprobe.d and /usr/lib/modules-load.d files, nothing in /etc, no conffiles; no build outputs)"
 else
 	notok "dkms: make deb: ${deb:-no package} ($(tail -n 3 "$scratch/deb.log" | tr '\n' '|'))"
 fi
@@ -90,7 +97,7 @@ PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb" >"$scratch/dkms-install.l
 rc=$?
 t1=$(date +%s)
 log=$(dk_makelog)
-mp=/etc/modprobe.d/peermem.conf ml=/etc/modules-load.d/peermem.conf
+mp=/usr/lib/modprobe.d/peermem.conf ml=/usr/lib/modules-load.d/peermem.conf
 if [ "$rc" = 0 ] && dkms status "peermem/$ver" -k "$krel" 2>/dev/null | grep -q ': installed'; then
 	ok "dkms: dpkg -i ${deb##*/} adds peermem/$ver to dkms, builds and installs the drop-in for $krel ($((t1 - t0)) s)"
 else
@@ -138,12 +145,44 @@ if [ "$made_moddir" = 1 ] && [ -n "$ko" ]; then
 else
 	dk_skip "depmod priority over kernel/nvidia-*/nvidia-peermem.ko" "/lib/modules/$krel existed before the test"
 fi
-dpkg --purge peermem-dkms >"$scratch/dpkg-purge.log" 2>&1; rc=$?
-left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" "$ml" 2>/dev/null)
-if [ "$rc" = 0 ] && [ -z "$left" ] && ! dpkg-query -W peermem-dkms >/dev/null 2>&1; then
-	ok "dkms: dpkg --purge peermem-dkms removes it from dkms for every kernel, its sources and both /etc files"
+# Switching builds with the package (troubleshooting.md, "Switching"): the
+# DROPIN=0 package installed over the drop-in one (same version: a
+# reinstall, whose prerm removes the old build from dkms), then back.
+deb0=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb-peermem" --peermem 2>>"$scratch/deb.log" | tail -n 1)
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb0" >"$scratch/dpkg-switch.log" 2>&1; rc=$?
+ko0=$(ls "/lib/modules/$krel/updates/dkms/peermem.ko"* 2>/dev/null | head -n 1)
+koold=$(ls "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* 2>/dev/null)
+rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
+if [ "$rc" = 0 ] && [ -n "$ko0" ] && [ "$(modinfo -F name "$ko0")" = peermem ] && [ -z "$koold" ] &&
+	grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
+	ok "dkms: switching to the DROPIN=0 package (dpkg -i over the drop-in one): peermem.ko installed, nvidia_peermem.ko gone, its softdep, install rule and boot load"
 else
-	notok "dkms: dpkg --purge (rc $rc; left: $left)"; tail -n 10 "$scratch/dpkg-purge.log" | sed 's/^/#   /'
+	notok "dkms: switch to the DROPIN=0 package (rc $rc; peermem.ko '${ko0:-none}', left '$koold'; modprobe.d: $(grep -v '^#' "$mp" 2>/dev/null | tr '\n' '|'))"
+	tail -n 8 "$scratch/dpkg-switch.log" | sed 's/^/#   /'
+fi
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb" >>"$scratch/dpkg-switch.log" 2>&1; rc=$?
+ko0=$(ls "/lib/modules/$krel/updates/dkms/peermem.ko"* 2>/dev/null)
+if [ "$rc" = 0 ] && [ -n "$ko" ] && [ -f "$ko" ] && [ -z "$ko0" ] && ! grep -q '^install ' "$mp" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = nvidia_peermem ]; then
+	ok "dkms: and back to the drop-in package: nvidia_peermem.ko installed, peermem.ko and the install rule gone"
+else
+	notok "dkms: switch back to the drop-in package (rc $rc; drop-in '${ko:-none}' $([ -f "$ko" ] && echo present || echo missing), peermem.ko left '$ko0')"
+	tail -n 8 "$scratch/dpkg-switch.log" | sed 's/^/#   /'
+fi
+dpkg -r peermem-dkms >"$scratch/dpkg-remove.log" 2>&1; rc=$?
+left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" "$ml" \
+	/etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
+got=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null)
+if [ "$rc" = 0 ] && [ -z "$left" ] && [ "$got" != "$ko" ]; then
+	ok "dkms: dpkg -r peermem-dkms (apt remove) removes it from dkms for every kernel, its sources, the module (modprobe no longer resolves to it) and both config files: nothing left that acts"
+else
+	notok "dkms: dpkg -r (rc $rc; left: $left; modinfo -n nvidia_peermem: '$got')"; tail -n 10 "$scratch/dpkg-remove.log" | sed 's/^/#   /'
+fi
+dpkg --purge peermem-dkms >"$scratch/dpkg-purge.log" 2>&1; rc=$?
+st=$(dpkg-query -W -f '${db:Status-Abbrev}' peermem-dkms 2>/dev/null)
+if [ "$rc" = 0 ] && { [ -z "$st" ] || [[ $st == un* ]] || [[ $st == pn* ]]; }; then
+	ok "dkms: dpkg --purge after it: dpkg keeps no trace of the package (status '${st:-none}')"
+else
+	notok "dkms: dpkg --purge (rc $rc; status '$st')"; tail -n 10 "$scratch/dpkg-purge.log" | sed 's/^/#   /'
 fi
 made_etc=0
 # From here on scripts/dkms.sh writes its /etc files into the scratch directory.

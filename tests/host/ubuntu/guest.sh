@@ -26,25 +26,20 @@ expect_eq() { if [ "$2" = "$3" ]; then ok "$1"; else nok "$1" "got '$2', expecte
 rd() { local v; if read -r v < "$1"; then printf '%s' "$v"; else printf 'unreadable'; fi 2>/dev/null; }
 loaded() { [ -d "/sys/module/$1" ]; }
 finish() { echo "1..$n"; [ "$failed" = 0 ]; exit $?; }
-# relay LABEL CMD...: run a TAP test program, its results renumbered into ours.
-# With SKIP_RE/SKIP_WHY set, results whose description matches SKIP_RE are
-# reported as skipped with that cause (whatever they were), and a non-zero
-# exit caused by them alone is no failure.
+# relay LABEL CMD...: run a TAP test program, its results renumbered into
+# ours (a "# SKIP cause" directive stays with its result).
 relay() {
-	local label=$1 out rc line d st other=0 skipped=0; shift
+	local label=$1 out rc line d st; shift
 	out=$("$@" 2>&1); rc=$?
 	while IFS= read -r line; do
 		if [[ $line =~ ^(not\ ok|ok)\ [0-9]+(\ -)?\ ?(.*)$ ]]; then
 			d=${BASH_REMATCH[3]} st=${BASH_REMATCH[1]}
-			if [ -n "${SKIP_RE:-}" ] && [[ $d =~ $SKIP_RE ]]; then
-				ok "$label: $d (was: $st) # SKIP $SKIP_WHY"; skipped=$((skipped + 1))
-			elif [ "$st" = ok ]; then ok "$label: $d"
-			else nok "$label: $d"; other=$((other + 1)); fi
+			if [ "$st" = ok ]; then ok "$label: $d"; else nok "$label: $d"; fi
 		elif [[ $line =~ ^# ]]; then echo "$line"
 		elif [[ $line =~ ^1\.\. ]]; then :
 		else echo "#   $line"; fi
 	done <<<"$out"
-	if [ "$rc" != 0 ] && { [ "$other" != 0 ] || [ "$skipped" = 0 ]; }; then nok "$label exited with status $rc"; fi
+	if [ "$rc" != 0 ]; then nok "$label exited with status $rc"; fi
 }
 core=/sys/kernel/debug/peer_memory
 
@@ -63,11 +58,17 @@ pg=$(pos gpusim) pc=$(pos ib_core) pp=$(pos nvidia_peermem)
 if [ -n "$pg" ] && [ -n "$pc" ] && [ -n "$pp" ] && [ "$pg" -lt "$pp" ] && [ "$pc" -lt "$pp" ] && [ "$pp" = "$(wc -l <<<"$plan")" ]; then
 	ok "modprobe's plan: the GPU driver (gpusim) and the core (ib_core) before nvidia_peermem, which comes last"
 else nok "modprobe's plan for nvidia_peermem" "$plan"; fi
+# ib_uverbs is no link dependency here (the core is ib_core's): only the
+# package's softdep (/usr/lib/modprobe.d/peermem.conf) puts it in the plan.
+pu=$(pos ib_uverbs)
+if [ -n "$pu" ] && [ -n "$pp" ] && [ "$pu" -lt "$pp" ] && ! modinfo -F depends nvidia_peermem | tr ',' '\n' | grep -qx ib_uverbs; then
+	ok "the package's softdep is read: ib_uverbs (no link dependency of nvidia_peermem) is in the plan before it"
+else nok "the softdep in /usr/lib/modprobe.d/peermem.conf is read (ib_uverbs in modprobe's plan)" "$plan" "depends: $(modinfo -F depends nvidia_peermem 2>&1)"; fi
 sml=/lib/systemd/systemd-modules-load
 if [ -x "$sml" ]; then
 	out=$(SYSTEMD_LOG_TARGET=console SYSTEMD_LOG_LEVEL=debug "$sml" 2>&1); rc=$?
 	printf '%s\n' "$out" | grep -iE 'peermem|insert|fail|error' | head -n 8 | sed 's/^/# systemd-modules-load: /'
-	expect_eq "systemd-modules-load (what systemd runs at boot) exits 0 with /etc/modules-load.d/peermem.conf" "$rc" "0"
+	expect_eq "systemd-modules-load (what systemd runs at boot) exits 0 with the package's /usr/lib/modules-load.d/peermem.conf" "$rc" "0"
 else
 	nok "$sml exists (systemd-modules-load)"
 fi
@@ -114,8 +115,9 @@ export PEERMEM_DMA_DEVICE=$dmadev
 # mm_kobj, with /sys/kernel/mm/memory_peers/) works only with a built-in core:
 # mm_kobj is not exported, and patch 0001 compiles the sysfs part only under
 # IS_BUILTIN(CONFIG_INFINIBAND). With this modular core it is inert, which is
-# exactly OFED on a current kernel (no memory_peers): shown here, and
-# t_probes' two "+knob" configurations are reported as skipped for it.
+# exactly OFED on a current kernel (no memory_peers): shown here; t_probes
+# sees the modular core itself and skips its two "+knob" configurations,
+# naming that cause.
 knob=/sys/module/ib_core/parameters/peer_mem_sysfs
 echo 1 > "$knob" 2>/dev/null
 insmod "$stage/dropin/nvidia_peermem.ko" 2>/dev/null
@@ -123,12 +125,9 @@ if [ "$(rd "$knob")" = Y ] && [ -d "$core/nv_mem" ] && [ ! -e /sys/kernel/mm/mem
 	ok "the rig knob peer_mem_sysfs is inert with the core as a module: a client registered with it set gets no /sys/kernel/mm/memory_peers (as with OFED on a current kernel)"
 else nok "the rig knob is inert with a modular core" "knob $(rd "$knob"), nv_mem $([ -d "$core/nv_mem" ] && echo registered), memory_peers $([ -e /sys/kernel/mm/memory_peers ] && echo present || echo absent)"; fi
 rmmod nvidia_peermem 2>/dev/null; echo 0 > "$knob" 2>/dev/null
-SKIP_RE='^(default|drop-in)\+knob: ' SKIP_WHY='the rig knob needs a built-in core (mm_kobj is not exported); inert here, as checked above'
-export SKIP_RE SKIP_WHY
 relay probes env PEERMEM_KO="$stage/peermem.ko" PEERMEM_DROPIN_KO="$stage/dropin/nvidia_peermem.ko" \
 	GPUSIM_KO="$stage/gpusim.ko" "$root/tests/guest/module/t_probes"
 
-unset SKIP_RE SKIP_WHY
 
 # --- the end-to-end test (tests/guest/e2e/t_e2e_peermem) ------------------------
 # It insmods <PEERMEM_ROOT>/peermem.ko: the signed one in the stage.
@@ -232,7 +231,6 @@ if [ "$rc" = 0 ] && [ -d "$core/nv_mem" ] && [ "$(rd /sys/module/nvidia_peermem/
 	ok "after it, modprobe nvidia_peermem (the installed configuration) registers with the new core"
 else nok "modprobe nvidia_peermem after the force-restart" "rc $rc: $out"; fi
 rxe_link_up
-SKIP_RE='^(default|drop-in)\+knob: ' SKIP_WHY='the rig knob needs a built-in core (see above)'
 relay "probes after force-restart" env PEERMEM_KO="$stage/peermem.ko" PEERMEM_DROPIN_KO="$stage/dropin/nvidia_peermem.ko" \
 	GPUSIM_KO="$stage/gpusim.ko" "$root/tests/guest/module/t_probes"
 finish

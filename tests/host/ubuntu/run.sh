@@ -24,7 +24,8 @@
 #   - DKMS is told (/etc/dkms/framework.conf.d) to sign with the key the
 #     kernel trusts (the build's test key, standing for an enrolled MOK);
 #   - `dpkg -i peermem-dkms_<ver>_all.deb`: its postinst has dkms build,
-#     sign, compress and install nvidia_peermem for that kernel.
+#     sign, compress and install nvidia_peermem for that kernel; after the
+#     guest's run, `dpkg -r` (apt remove) must leave nothing that acts.
 # Checked on the host: the kernel's shape, the DKMS build (both layouts
 # found, signed by the trusted key, .ko.zst, symbol CRCs equal to the
 # exporters'), a stale OFED Module.symvers refused at build time.
@@ -60,7 +61,8 @@ done
 exec 9>/tmp/peermem-dkms-test.lock
 flock 9
 if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem.conf ] ||
-	[ -e /etc/modules-load.d/peermem.conf ] || dpkg-query -W peermem-dkms >/dev/null 2>&1; then
+	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
+	dpkg-query -W peermem-dkms >/dev/null 2>&1; then
 	skip_all "a peermem install exists on this host; not touching it"
 fi
 
@@ -192,7 +194,7 @@ got_gp=$(mv_crc "$work/nvidia_peermem.ko" nvidia_p2p_get_pages)
 if [ -n "$got_core" ] && [ $((got_core)) = $((core_crc)) ] && [ -n "$got_gp" ] && [ $((got_gp)) = $((gp_crc)) ]; then
 	ok "its symbol versions match the exporters: ib_register_peer_memory_client $got_core (ib_core), nvidia_p2p_get_pages $got_gp (gpusim)"
 else notok "modversions: ib_register_peer_memory_client '$got_core' (want $core_crc), nvidia_p2p_get_pages '$got_gp' (want $gp_crc)"; fi
-for f in /etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf; do
+for f in /usr/lib/modprobe.d/peermem.conf /usr/lib/modules-load.d/peermem.conf; do
 	[ -f "$f" ] && sed "s|^|# $f: |" "$f" | grep -v ': #'
 done
 
@@ -270,4 +272,14 @@ while IFS= read -r line; do
 	fi
 done <"$vmout"
 [ "$vrc" = 0 ] || notok "scripts/vm.sh exited $vrc (its log: $log/vm.err)" "$(tail -n 5 "$log/vm.err")"
+
+# --- removal, as `apt remove` does it (dpkg -r): nothing left that acts -----------
+PEERMEM_SYSROOT=$tr dpkg -r peermem-dkms >"$log/dpkg-r.log" 2>&1
+rc=$?
+left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "$mods/updates/dkms/nvidia_peermem.ko"* /usr/lib/modprobe.d/peermem.conf \
+	/usr/lib/modules-load.d/peermem.conf /etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
+got=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null)
+if [ "$rc" = 0 ] && [ -z "$left" ] && [ -z "$got" ]; then
+	ok "dpkg -r peermem-dkms (apt remove): no dkms entry, sources, module or config file left, and modprobe finds no nvidia_peermem for $krel"
+else notok "dpkg -r peermem-dkms (rc $rc)" "left: $left" "modinfo -n nvidia_peermem: '$got'" "$(tail -n 5 "$log/dpkg-r.log")"; fi
 finish
