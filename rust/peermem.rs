@@ -288,6 +288,14 @@ fn create_debugfs() -> Result<Debugfs> {
         stats::STATS_PFN_WALK.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
     }
     stats::LAST_PIN.for_each(|name, value| d.add_hex(name, value));
-    inject::for_each(|name, knob| d.add_u32(name, knob.atomic()));
+    inject::for_each(|n, knob| d.add_u32(n.knob, knob.atomic()));
+    // How many delays each knob made (begun, ended): tests prove with them
+    // that what they raced landed inside the window.
+    if let Some(dir) = d.subdir(c"inject") {
+        inject::for_each(|n, knob| {
+            d.add_u64(Some(&dir), n.entered, knob.counter(true).atomic());
+            d.add_u64(Some(&dir), n.left, knob.counter(false).atomic());
+        });
+    }
     Ok(d)
 }

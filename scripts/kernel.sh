@@ -179,9 +179,13 @@ done < <(cat "${frags[@]}" | grep -v '^#' | sed 's/[[:space:]]*$//' | grep '^CON
 
 target=all
 [ "$prepare_only" = 1 ] && target=modules_prepare
-pm_stage "kernel: make $target (-j$(( $(nproc) + 1 )), log in $objdir/build.log)"
+# PEERMEM_KERNEL_JOBS: make's -j (default: CPUs + 1); a build beside other
+# work on a shared machine asks for fewer.
+jobs=${PEERMEM_KERNEL_JOBS:-$(( $(nproc) + 1 ))}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || pm_die "PEERMEM_KERNEL_JOBS wants a positive number, got '$jobs'"
+pm_stage "kernel: make $target (-j$jobs, log in $objdir/build.log)"
 rm -f "$objdir/$stamp"
-if ! kmake -j"$(( $(nproc) + 1 ))" "$target" >"$objdir/build.log" 2>&1; then
+if ! kmake -j"$jobs" "$target" >"$objdir/build.log" 2>&1; then
 	grep -E 'error|Error' "$objdir/build.log" | head -20 >&2
 	tail -n 20 "$objdir/build.log" >&2
 	pm_die "kernel build failed; full log: $objdir/build.log"

@@ -12,32 +12,51 @@
 //! invalidation waits meanwhile, as it would for a slow driver. The others
 //! mark the windows of the lifetime bugs the tests reproduce
 //! (`tests/guest/peermem/t_peermem_lifetime.c`).
+//!
+//! Each knob also counts the delays it made: `inject/<knob>.entered` when a
+//! thread began to sleep in it, `inject/<knob>.left` when it woke (read-only
+//! files; both move only while the knob is on). A test that lands another
+//! thread's action in the window waits for `entered` to move and checks
+//! that `left` had not yet (`tests/guest/peermem/t_peermem_matrix.c`).
 
+use super::stats::Counter;
+use core::ffi::CStr;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-/// One delay knob, in milliseconds.
-pub(crate) struct Knob(AtomicU32);
+/// One delay knob, in milliseconds, with the count of delays begun and ended.
+pub(crate) struct Knob {
+    ms: AtomicU32,
+    entered: Counter,
+    left: Counter,
+}
 
 impl Knob {
     const fn new() -> Self {
-        Self(AtomicU32::new(0))
+        Self {
+            ms: AtomicU32::new(0),
+            entered: Counter::new(),
+            left: Counter::new(),
+        }
     }
 
     /// The value, for the debugfs file that reads and writes it.
     pub(crate) fn atomic(&self) -> &AtomicU32 {
-        &self.0
+        &self.ms
     }
 
     /// The delay the knob says, in milliseconds (longest: 10 s).
     pub(crate) fn ms(&self) -> u32 {
-        self.0.load(Ordering::Relaxed).min(10_000)
+        self.ms.load(Ordering::Relaxed).min(10_000)
     }
 
-    /// Sleeps as long as the knob says (longest: 10 s).
+    /// Sleeps as long as the knob says (longest: 10 s), counted in
+    /// `entered` before and `left` after.
     pub(crate) fn delay(&self) {
         let ms = self.ms();
         if ms != 0 {
+            self.entered.inc();
             crate::kapi::delay::msleep(ms);
+            self.left.inc();
         }
     }
 }
@@ -69,22 +88,79 @@ pub(crate) static DELAY_FREE_CALLBACK_MS: Knob = Knob::new();
 /// Delay in the teardown of a registration (its last reference dropped).
 pub(crate) static DELAY_TEARDOWN_MS: Knob = Knob::new();
 
+/// Delay at the end of `get_pages`, inside it: the GPU source after the
+/// ticket was stored and the lock dropped; the PFN source after the walk
+/// read the runs, before they are stored (under the lock, if the range did
+/// not change meanwhile).
+pub(crate) static DELAY_GET_PAGES_INNER_MS: Knob = Knob::new();
+/// Delay inside `dma_map`, in `Mapping` with the lock dropped, before the
+/// table is mapped for the device.
+pub(crate) static DELAY_MAPPING_MS: Knob = Knob::new();
+/// Delay at the start of `dma_unmap`, before the registration lock.
+pub(crate) static DELAY_DMA_UNMAP_MS: Knob = Knob::new();
+/// Delay at the start of `put_pages`, before anything (the PFN source's
+/// put has no other window: it holds no pin).
+pub(crate) static DELAY_PUT_PAGES_MS: Knob = Knob::new();
+
 /// PFN-map source: delay in the walk of a range's page tables, every
 /// 4096 pages (`PEERMEM_PFN_WALK_BATCH`) (a long walk of a large ring, made
 /// long on purpose).
 pub(crate) static DELAY_PFN_WALK_MS: Knob = Knob::new();
 
-/// Calls `f` with the file name and the knob, for every knob.
-pub(crate) fn for_each(mut f: impl FnMut(&'static core::ffi::CStr, &'static Knob)) {
-    f(c"inject_delay_acquire_ms", &DELAY_ACQUIRE_MS);
-    f(c"inject_delay_get_pages_ms", &DELAY_GET_PAGES_MS);
-    f(c"inject_delay_dma_map_ms", &DELAY_DMA_MAP_MS);
-    f(c"inject_delay_unpin_ms", &DELAY_UNPIN_MS);
-    f(c"inject_delay_release_ms", &DELAY_RELEASE_MS);
-    f(c"inject_delay_address_work_ms", &DELAY_ADDRESS_WORK_MS);
-    f(c"inject_delay_address_change_ms", &DELAY_ADDRESS_CHANGE_MS);
-    f(c"inject_delay_invalidate_ms", &DELAY_INVALIDATE_MS);
-    f(c"inject_delay_free_callback_ms", &DELAY_FREE_CALLBACK_MS);
-    f(c"inject_delay_teardown_ms", &DELAY_TEARDOWN_MS);
-    f(c"inject_delay_pfn_walk_ms", &DELAY_PFN_WALK_MS);
+/// A knob's files: the knob's own, and its counters' (in `inject/`).
+pub(crate) struct Names {
+    pub(crate) knob: &'static CStr,
+    pub(crate) entered: &'static CStr,
+    pub(crate) left: &'static CStr,
+}
+
+/// A `&'static CStr` from string literals, at compile time.
+macro_rules! cstr {
+    ($($s:expr),+) => {{
+        const NAME: &CStr = match CStr::from_bytes_with_nul(concat!($($s),+, "\0").as_bytes()) {
+            Ok(name) => name,
+            Err(_) => panic!("knob names are plain words"),
+        };
+        NAME
+    }};
+}
+
+macro_rules! names {
+    ($n:literal) => {
+        Names {
+            knob: cstr!($n),
+            entered: cstr!($n, ".entered"),
+            left: cstr!($n, ".left"),
+        }
+    };
+}
+
+/// Calls `f` with the files' names and the knob, for every knob.
+pub(crate) fn for_each(mut f: impl FnMut(Names, &'static Knob)) {
+    f(names!("inject_delay_acquire_ms"), &DELAY_ACQUIRE_MS);
+    f(names!("inject_delay_get_pages_ms"), &DELAY_GET_PAGES_MS);
+    f(names!("inject_delay_get_pages_inner_ms"), &DELAY_GET_PAGES_INNER_MS);
+    f(names!("inject_delay_dma_map_ms"), &DELAY_DMA_MAP_MS);
+    f(names!("inject_delay_mapping_ms"), &DELAY_MAPPING_MS);
+    f(names!("inject_delay_dma_unmap_ms"), &DELAY_DMA_UNMAP_MS);
+    f(names!("inject_delay_put_pages_ms"), &DELAY_PUT_PAGES_MS);
+    f(names!("inject_delay_unpin_ms"), &DELAY_UNPIN_MS);
+    f(names!("inject_delay_release_ms"), &DELAY_RELEASE_MS);
+    f(names!("inject_delay_address_work_ms"), &DELAY_ADDRESS_WORK_MS);
+    f(names!("inject_delay_address_change_ms"), &DELAY_ADDRESS_CHANGE_MS);
+    f(names!("inject_delay_invalidate_ms"), &DELAY_INVALIDATE_MS);
+    f(names!("inject_delay_free_callback_ms"), &DELAY_FREE_CALLBACK_MS);
+    f(names!("inject_delay_teardown_ms"), &DELAY_TEARDOWN_MS);
+    f(names!("inject_delay_pfn_walk_ms"), &DELAY_PFN_WALK_MS);
+}
+
+impl Knob {
+    /// The counter of delays begun (`entered`) or ended, for debugfs.
+    pub(crate) fn counter(&self, entered: bool) -> &Counter {
+        if entered {
+            &self.entered
+        } else {
+            &self.left
+        }
+    }
 }

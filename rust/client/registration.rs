@@ -399,6 +399,9 @@ fn acquire_pfn(kind: Kind, range: GpuRange) -> Option<Arc<Registration>> {
         reg.stop_watch();
         return None;
     }
+    // The watch is armed, nothing read yet (`acquire`'s window, as the GPU
+    // source's after its pins).
+    inject::DELAY_ACQUIRE_MS.delay();
     STATS_PFN.registrations_acquired.inc();
     Some(reg)
 }
@@ -441,6 +444,8 @@ pub(crate) fn get_pages(
     // under the umem's own lock rather than the core's global one.
     if reg.source == Source::Pfn && reg.pfn_unresolved() {
         pfn::resolve(reg.watch.as_ref(), &reg.range, |runs, stale| {
+            // The runs are read, not yet stored (no lock held).
+            inject::DELAY_GET_PAGES_INNER_MS.delay();
             reg.install_pfn(runs, stale)
         })?;
     }
@@ -460,6 +465,11 @@ pub(crate) fn get_pages(
             // one that fired before, whose work item is still to come and
             // will revoke the MR through the core, is reported now).
             reg.events.arm(reg.kind, reg.range.addr(), reg.range.len());
+            drop(g);
+            if reg.source == Source::Gpu {
+                // Inside get_pages, armed, the lock dropped.
+                inject::DELAY_GET_PAGES_INNER_MS.delay();
+            }
             Ok(())
         }
         Phase::Freed => Err(freed_error(reg)),
@@ -525,6 +535,7 @@ pub(crate) fn dma_map(reg: &Registration, dev: Option<&DmaDevice<'_>>) -> Result
     // phase to end (`lock_settled`).
     let read_only = g.read_only;
     drop(g);
+    inject::DELAY_MAPPING_MS.delay();
     let result = pt.dma_map(pdev, max_seg_size, seg_boundary, read_only);
     // Nothing changed meanwhile but `gpu_freed`: every other path waited
     // (an address change marks the registration revoked only after this
@@ -577,6 +588,7 @@ fn report_no_dma_device() {
 /// `dma_unmap`: undo `dma_map` (if the free callback did not already) and
 /// free our table. `sgl` identifies the table the core hands back.
 pub(crate) fn dma_unmap(reg: &Registration, sgl: usize) {
+    inject::DELAY_DMA_UNMAP_MS.delay();
     let mut g = reg.lock_settled();
     // Freed: the free callback gave the mapping back already.
     g.unmap(reg.stats());
@@ -590,6 +602,7 @@ pub(crate) fn dma_unmap(reg: &Registration, sgl: usize) {
 
 /// `put_pages`: unpin (unless the GPU memory was freed meanwhile).
 pub(crate) fn put_pages(reg: &Registration) {
+    inject::DELAY_PUT_PAGES_MS.delay();
     reg.events.disarm();
     reg.unpin();
 }

@@ -250,6 +250,10 @@ for tag in $NV_GIT_VERSIONS; do
 	gsrc=$PEERMEM_CACHE/nvidia-src/$tag
 	if [ ! -f "$gsrc/.imported" ]; then
 		say "nvidia-peermem $tag: source not in $PEERMEM_CACHE/nvidia-src (NVIDIA's public open-gpu-kernel-modules is not reachable from CI); skipped"
+		# An earlier build of it (another cache, another kernel) must not
+		# be loaded as if built now: the kcsan run loaded one built against
+		# the KASAN kernel ("Unknown symbol __asan_load8_noabort").
+		rm -f "$here/${tag%%.*}/nvidia-peermem.ko"
 		continue
 	fi
 	gver=$(cat "$gsrc/nv_version_string" 2>/dev/null)
