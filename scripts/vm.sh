@@ -17,6 +17,8 @@
 #   --mem SIZE --smp N  guest size (default 2G, 2)
 #   --env NAME=VALUE    set NAME in every test's environment (repeatable)
 #   --no-kmemleak       skip the final kmemleak scan
+#   (PEERMEM_VM_BOOT_LIMIT=S: a guest not up after S seconds, default 600, is
+#   booted once more; a second such boot fails the run)
 #   --append 'ARGS'     extra guest kernel command line (e.g. kasan.fault=panic)
 #   -v, --verbose       stream the guest console while it runs
 #   --keep              keep the run directory even when everything passed
@@ -305,7 +307,22 @@ cmd_rc=0 booted=0 done_marker=0 cur=0 t_start=$(date +%s.%N) t_boot= oops_line=
 # ("iotlb_to_section: Assertion ... failed", seen once in about 30 boots
 # here): an emulator crash before the guest ran anything. Boot once more
 # then; any other early end, or one after the guest came up, is a failure.
+# A guest can also hang during its boot, QEMU spinning with the console
+# stopped (seen once in a CI-like run on a loaded machine, 2026-11-26: at
+# 15 s of the kernel's boot, 38 minutes of a test job's time). With no
+# "peermem-vm: init" within PEERMEM_VM_BOOT_LIMIT seconds (default 600; a
+# boot takes 30 s on an idle machine, 80-130 s at half speed) QEMU is
+# stopped and the guest booted once more; a second hang fails the run.
+boot_limit=${PEERMEM_VM_BOOT_LIMIT:-600}
+[[ $boot_limit =~ ^[0-9]+$ ]] && [ "$boot_limit" -gt 0 ] || bad "PEERMEM_VM_BOOT_LIMIT wants seconds, got '$boot_limit'"
 for attempt in 1 2; do
+rm -f "$res/boot-hang"
+(
+	exec </dev/null >/dev/null 2>&1
+	sleep "$boot_limit"
+	grep -q 'peermem-vm: init' "$con" || { : > "$res/boot-hang"; kill "$(cat "$res/qemu.pid")"; }
+) &
+boot_wd=$!
 pm_log "vm: booting $(basename "$(dirname "$kdir")")/$(basename "$kdir") ($accel, ${mem}, ${smp} cpus; $ntests test(s); limit ${total_timeout}s; log $con)"
 while IFS= read -r line; do
 	line=${line%$'\r'}
@@ -344,7 +361,20 @@ while IFS= read -r line; do
 		fi ;;
 	esac
 done < <(timeout -k 10 "$total_timeout" "${qemu[@]}" </dev/null 2>"$res/qemu.err"; echo $? > "$res/qemu.rc")
+pkill -P "$boot_wd" sleep 2>/dev/null; kill "$boot_wd" 2>/dev/null; wait "$boot_wd" 2>/dev/null
 qrc=$(cat "$res/qemu.rc" 2>/dev/null || echo '?')
+if [ "$booted" = 0 ] && [ -f "$res/boot-hang" ]; then
+	last=$(tail -n 1 "$con" | cut -c1-120)
+	if [ "$attempt" = 1 ]; then
+		pm_log "vm: the guest hung during its boot (no init after ${boot_limit}s; the console stopped at: $last); booting again"
+		printf '# vm: guest hung during boot (no init after %ss; console stopped at: %s); booted again\n' "$boot_limit" "$last"
+		mv "$con" "$res/console.first-boot.log"; : > "$con"
+		mv "$res/qemu.err" "$res/qemu.first-boot.err"
+		oops_line=
+		continue
+	fi
+	printf '# vm: guest hung during boot again (no init after %ss; console stopped at: %s)\n' "$boot_limit" "$last"
+fi
 if [ "$attempt" = 1 ] && [ "$booted" = 0 ] && [ "$qrc" = 134 ] &&
    grep -q 'iotlb_to_section: Assertion' "$res/qemu.err" 2>/dev/null; then
 	pm_log "vm: QEMU aborted during the guest's boot ($(head -n 1 "$res/qemu.err")); booting again"
@@ -368,6 +398,7 @@ if [ "$done_marker" = 0 ]; then
 	[ -n "$running" ] && where="during test $running ($(label_of "$running"))"
 	if grep -q 'Kernel panic' "$con"; then why="kernel panicked $where"
 	elif [ -n "$oops_line" ]; then why="stopped at the first Oops $where: $oops_line"
+	elif [ "$booted" = 0 ] && [ -f "$res/boot-hang" ]; then why="hung during boot: no init within ${boot_limit}s, in both boots"
 	elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then why="hung: killed after the ${total_timeout}s limit $where"
 	else why="stopped unexpectedly $where (qemu exit status $qrc)"; fi
 	tap not-ok "guest $why"

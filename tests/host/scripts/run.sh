@@ -215,6 +215,11 @@ panic)	# The console of a real guest panic in a test (sysrq-c, as the rig
 	printf '[    4.100000] Kernel panic - not syncing: sysrq triggered crash\r\n'
 	printf '[    4.200000] ---[ end Kernel panic - not syncing: sysrq triggered crash ]---\r\n'
 	exit 0 ;;
+hangboot)	# The kernel's boot stops, QEMU keeps running (seen on a loaded machine).
+	echo boot >> "$FAKEQ_COUNT"
+	while [ $# -gt 0 ]; do [ "$1" = -pidfile ] && echo $$ > "$2"; shift; done
+	printf '[    1.000000] Linux version fake\r\n[    2.000000] e820: register RAM buffer resource\r\n'
+	exec sleep 1000 ;;
 abort)	echo boot >> "$FAKEQ_COUNT"
 	printf '[    1.000000] Linux version fake\r\n[    2.000000] PCI: Probing PCI hardware\r\n'
 	echo "qemu-system-x86_64: system/physmem.c:2678: iotlb_to_section: Assertion \`section_index < d->map.sections_nb' failed." >&2
@@ -258,6 +263,17 @@ boots=$(wc -l < "$tmp/fakeq/count")
 if [ "$rc" = 1 ] && [ "$boots" = 2 ]; then ok "a QEMU abort during boot is retried once, then fails the run"; else not_ok "a QEMU abort during boot is retried once, then fails the run (rc $rc, $boots boots)"; fi
 has "the retry is said" '^# vm: QEMU aborted during boot .*; booted again'
 has "the second abort is named" '^not ok [0-9]+ - guest stopped unexpectedly during boot \(qemu exit status 134\)'
+# A guest whose boot hangs (no init within PEERMEM_VM_BOOT_LIMIT) gets one
+# more boot, and no more: a second hang fails the run, named as such.
+: > "$tmp/fakeq/count"
+t0=$SECONDS
+rc=$(PEERMEM_VM_BOOT_LIMIT=3 FAKEQ_MODE=hangboot FAKEQ_COUNT="$tmp/fakeq/count" fakevm "$fix/t_pass")
+boots=$(wc -l < "$tmp/fakeq/count")
+if [ "$rc" = 1 ] && [ "$boots" = 2 ] && [ $((SECONDS - t0)) -lt 60 ]; then ok "a boot that hangs is stopped at the boot limit and retried once, then fails the run"
+else not_ok "a boot that hangs is stopped at the boot limit and retried once, then fails the run (rc $rc, $boots boots, $((SECONDS - t0))s)"; fi
+has "the retry is said, with where the console stopped" '^# vm: guest hung during boot \(no init after 3s; console stopped at: .*e820: register RAM buffer resource\); booted again'
+has "the second hang is named" '^not ok [0-9]+ - guest hung during boot: no init within 3s, in both boots'
+has "its tests are failed as not run" '^not ok [0-9]+ - vm/fixtures/t_pass: not run'
 show_on_fail "$f0"
 
 # The real thing: needs a built rig kernel.
