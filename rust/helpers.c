@@ -15,6 +15,7 @@
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
+#include <linux/hashtable.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
 #include <linux/module.h>
@@ -25,7 +26,6 @@
 #include <linux/slab.h>
 #include <linux/wait_bit.h>
 #include <linux/workqueue.h>
-#include <linux/xarray.h>
 #include <linux/compat.h>
 #include <asm/syscall.h>
 #include <asm/unistd.h>
@@ -454,15 +454,30 @@ static unsigned int peermem_blocking_how(const struct mmu_notifier_range *range)
 }
 
 /*
- * Invalidations that change nothing a blocking watch's range maps: the
- * soft-dirty reset of /proc/pid/clear_refs invalidates the whole address
- * space (MMU_NOTIFY_SOFT_DIRTY, "still same page and same access flags")
- * and then skips VM_PFNMAP mappings (clear_refs_test_walk), whose entries
- * it never touches. The watch covers only such mappings until it fires.
+ * Invalidations that change nothing a blocking watch's range maps (the
+ * watch covers only VM_PFNMAP mappings until it fires):
+ *  - the soft-dirty reset of /proc/pid/clear_refs invalidates the whole
+ *    address space (MMU_NOTIFY_SOFT_DIRTY, "still same page and same
+ *    access flags") and then skips VM_PFNMAP mappings
+ *    (clear_refs_test_walk), whose entries it never touches;
+ *  - PAGEMAP_SCAN's write-protect request (PM_SCAN_WP_MATCHING, an ioctl()
+ *    of /proc/pid/pagemap) invalidates the whole range it was asked for
+ *    with MMU_NOTIFY_PROTECTION_VMA and then skips every mapping without
+ *    userfaultfd write-protection, VM_PFNMAP ones among them
+ *    (pagemap_scan_test_walk). No ioctl() changes the protection of a
+ *    VM_PFNMAP mapping (also not another process's, through its pagemap):
+ *    userfaultfd's write-protect works per mapping and
+ *    never on VM_PFNMAP ones; mprotect() is a system call of its own. A
+ *    32-bit compat task's ioctl() is not told apart: it revokes, as before.
  */
 static bool peermem_blocking_ignores(const struct mmu_notifier_range *range)
 {
-	return range->event == MMU_NOTIFY_SOFT_DIRTY;
+	if (range->event == MMU_NOTIFY_SOFT_DIRTY)
+		return true;
+	return range->event == MMU_NOTIFY_PROTECTION_VMA &&
+	       !(current->flags & PF_KTHREAD) &&
+	       !in_compat_syscall() &&
+	       syscall_get_nr(current, task_pt_regs(current)) == __NR_ioctl;
 }
 
 static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
@@ -565,45 +580,86 @@ void peermem_watch_free(struct peermem_watch *w)
  * id -> the free callback's reference (an Arc<Registration> raw pointer).
  * Ids come from a 64-bit counter and are never reused, so a callback that
  * arrives late with an id whose entry is gone can never find another
- * registration's entry. Whoever erases an entry owns its reference.
+ * registration's entry. Whoever removes an entry owns its reference.
+ *
+ * A hash table of small nodes under a spinlock (issue 26): every
+ * registration inserts one entry and removes it again. In an xarray the
+ * ever-growing ids made each insert build a fresh path of nodes (up to
+ * three 576-byte nodes, zeroed) and each removal of the last entry free
+ * them through RCU, one call_rcu() per node: grace periods the
+ * registering CPU then paid for in softirq time. Here an entry is one
+ * 40-byte allocation, freed at once (lookups and removals hold the lock,
+ * so nobody can still be reading it).
  */
-static DEFINE_XARRAY(peermem_cbrefs);
+#define PEERMEM_CBREF_BITS 10
+static DEFINE_HASHTABLE(peermem_cbrefs, PEERMEM_CBREF_BITS);
+static DEFINE_SPINLOCK(peermem_cbrefs_lock);
 static atomic64_t peermem_cbref_last = ATOMIC64_INIT(0);
+
+struct peermem_cbref {
+	struct hlist_node node;
+	u64 id;
+	const void *ref;
+};
 
 int peermem_cbref_insert(const void *ref, u64 *id)
 {
+	struct peermem_cbref *e;
 	u64 n;
-	int ret;
 
 	if (!ref || !id || ((uintptr_t)ref & 3))
 		return -EINVAL;
+	e = kmalloc(sizeof(*e), GFP_KERNEL);
+	if (!e)
+		return -ENOMEM;
 	n = atomic64_inc_return(&peermem_cbref_last);
 	/* Only reachable where unsigned long is 32 bits, after 4 G pins. */
-	if (n > ULONG_MAX)
+	if (n > ULONG_MAX) {
+		kfree(e);
 		return -EOVERFLOW;
-	ret = xa_insert(&peermem_cbrefs, (unsigned long)n, (void *)ref,
-			GFP_KERNEL);
-	if (ret)
-		return ret;
+	}
+	e->id = n;
+	e->ref = ref;
+	spin_lock(&peermem_cbrefs_lock);
+	hash_add(peermem_cbrefs, &e->node, n);
+	spin_unlock(&peermem_cbrefs_lock);
 	*id = n;
 	return 0;
 }
 
 const void *peermem_cbref_take(u64 id)
 {
+	struct peermem_cbref *e, *found = NULL;
+	const void *ref = NULL;
+
 	if (!id || id > ULONG_MAX)
 		return NULL;
-	return xa_erase(&peermem_cbrefs, (unsigned long)id);
+	spin_lock(&peermem_cbrefs_lock);
+	hash_for_each_possible(peermem_cbrefs, e, node, id) {
+		if (e->id == id) {
+			hash_del(&e->node);
+			found = e;
+			break;
+		}
+	}
+	spin_unlock(&peermem_cbrefs_lock);
+	if (found) {
+		ref = found->ref;
+		kfree(found);
+	}
+	return ref;
 }
 
 u64 peermem_cbrefs_left(void)
 {
-	unsigned long index;
-	void *entry;
+	struct peermem_cbref *e;
+	unsigned int bkt;
 	u64 n = 0;
 
-	xa_for_each(&peermem_cbrefs, index, entry)
+	spin_lock(&peermem_cbrefs_lock);
+	hash_for_each(peermem_cbrefs, bkt, e, node)
 		n++;
+	spin_unlock(&peermem_cbrefs_lock);
 	return n;
 }
 

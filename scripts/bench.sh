@@ -33,6 +33,11 @@
 #                    has no ftrace), and the symbols that took the CPU
 #                    (tests/bench/profile-guest.sh); output on stdout and
 #                    in OUT/profile-<MIB>M.txt
+#   --profile KIBK[,N]  the same for KIB KiB (a multiple of 64 below 1024:
+#                    64K,20000 for 64 KiB), into OUT/profile-<KIB>K.txt.
+#                    PROFILE_CHUNKS=K in the environment: in K passes over
+#                    the sides, rotating (a loaded host's drift weighs on
+#                    every side alike; tests/bench/report.py profdiff)
 #   --profile free[,N]  the same around GPU frees: N (default 20) frees of
 #                    4 MiB under 64 live MRs each, perf enabled around
 #                    the frees only (OUT/profile-free.txt)
@@ -47,7 +52,11 @@
 #   --only GROUPS    only these figure groups of bench_peermem, comma-
 #                    separated: latency, layers, free, munmap, events,
 #                    threads, memory, sg (e.g. latency,free for issue 22's
-#                    keeper, before and after); no bench_pfnmap, no PFN plot
+#                    keeper, before and after); no bench_pfnmap, no PFN plot.
+#                    Two groups run only when named: pincost (reg+dereg
+#                    against gpusim's pin-cost model, BENCH_PIN_COSTS) and
+#                    scaling (against live registrations and open
+#                    /dev/peermem files, BENCH_SCALE_N)
 #   --append ARGS    extra guest kernel command line (scripts/vm.sh
 #                    --append), for experiments; recorded in the results
 #   --skip-setup     do not run scripts/setup-host.sh
@@ -103,13 +112,21 @@ done
 [[ $pfn_mib =~ ^[0-9]+$ ]] && [ "$pfn_mib" -ge 1 ] && [ "$pfn_mib" -le 64 ] ||
 	bad "--pfn-mib wants 1..64 (MiB), got '$pfn_mib'"
 [ -z "$profile" ] || [ "$memdetail" = 0 ] || bad "--profile and --memory-detail are two different runs: pick one"
-[ -z "$only" ] || [[ $only =~ ^(latency|layers|free|munmap|events|threads|memory|sg)(,(latency|layers|free|munmap|events|threads|memory|sg))*$ ]] ||
-	bad "--only wants figure groups, comma-separated (latency, layers, free, munmap, events, threads, memory, sg), got '$only'"
+[ -z "$only" ] || [[ $only =~ ^(latency|layers|free|munmap|events|threads|memory|sg|pincost|scaling)(,(latency|layers|free|munmap|events|threads|memory|sg|pincost|scaling))*$ ]] ||
+	bad "--only wants figure groups, comma-separated (latency, layers, free, munmap, events, threads, memory, sg; pincost, scaling: only when named), got '$only'"
 case "$kernel" in plain|debug) ;; *) bad "--kernel must be plain or debug, not '$kernel'" ;; esac
 if [ -n "$profile" ]; then
-	[[ $profile =~ ^(free|[0-9]+)(,([0-9]+)(,([12]))?)?$ ]] && [ "${BASH_REMATCH[1]}" != 0 ] ||
-		bad "--profile wants MIB, MIB,N, 2,N,2 or free,N (e.g. 512,8), got '$profile'"
+	[[ $profile =~ ^(free|[0-9]+K?)(,([0-9]+)(,([12]))?)?$ ]] && [ "${BASH_REMATCH[1]}" != 0 ] ||
+		bad "--profile wants MIB, MIB,N, 2,N,2, 64K,N or free,N (e.g. 512,8), got '$profile'"
 	prof_mib=${BASH_REMATCH[1]} prof_n=${BASH_REMATCH[3]:-20} prof_t=${BASH_REMATCH[5]:-1}
+	# KIB K (a multiple of 64): a registration below 1 MiB (64K: 64 KiB).
+	prof_kib=
+	if [[ $prof_mib == *K ]]; then
+		prof_kib=${prof_mib%K}
+		[ "$prof_kib" -gt 0 ] && [ $((prof_kib % 64)) = 0 ] && [ "$prof_kib" -lt 1024 ] ||
+			bad "--profile KIB K wants a multiple of 64 below 1024 (64K), got '$profile'"
+		prof_mib=1
+	fi
 	[ "$prof_t" = 1 ] || [ "$prof_mib" = 2 ] || bad "--profile MIB,N,2 (2 threads) wants MIB 2, got '$profile'"
 	[ "$prof_mib" = free ] || [ "$prof_mib" -le "$large_mib" ] || large_mib=$(( (prof_mib + 1) / 2 * 2 ))
 fi
@@ -137,6 +154,8 @@ fi
 	pm_die "no built kernel in '$kdir' (bzImage, Module.symvers); build it with scripts/kernel.sh --variant $kernel"
 kdir=$(cd "$kdir" && pwd -P)
 if grep -q '^CONFIG_KASAN=y' "$kdir/.config"; then kvariant=debug; else kvariant=plain; fi
+[ "${BENCH_NV_RM_LOCK:-0}" != 1 ] || [ "$kvariant" = plain ] ||
+	pm_die "BENCH_NV_RM_LOCK=1 needs the plain kernel: on the debug one lockdep reports nvidia-peermem's mapping-lock/RM cycle"
 [ "$kvariant" = "$kernel" ] || pm_log "bench: note: --kdir $kdir is a $kvariant kernel (--kernel $kernel); recording it as $kvariant"
 margs=(KDIR="$kdir")
 if [ -f "$kdir/.peermem-make-args" ]; then read -ra extra < "$kdir/.peermem-make-args"; margs+=("${extra[@]}"); fi
@@ -210,12 +229,13 @@ if [ -n "$profile" ]; then
 		pm_stage "bench: boot the rig ($kvariant kernel) and profile GPU frees under 64 MRs, $prof_n per side"
 		pf=$out/profile-free.txt prof_bytes=free
 	else
-		pm_stage "bench: boot the rig ($kvariant kernel) and profile ${prof_mib} MiB registrations, $prof_n per side"
-		pf=$out/profile-${prof_mib}M.txt prof_bytes=$((prof_mib * 1024 * 1024))
+		pf=$out/profile-${prof_mib}M.txt prof_bytes=$((prof_mib * 1024 * 1024)) prof_size="${prof_mib} MiB"
+		if [ -n "$prof_kib" ]; then pf=$out/profile-${prof_kib}K.txt prof_bytes=$((prof_kib * 1024)) prof_size="${prof_kib} KiB"; fi
+		pm_stage "bench: boot the rig ($kvariant kernel) and profile $prof_size registrations, $prof_n per side"
 		[ "$prof_t" = 1 ] || pf=$out/profile-${prof_mib}M-${prof_t}threads.txt
 	fi
 	rc=0
-	scripts/vm.sh "${vmargs[@]}" --cmd "$mods bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $prof_bytes $prof_n 25 $prof_t $callgraph" \
+	scripts/vm.sh "${vmargs[@]}" --cmd "$mods PROFILE_CHUNKS=${PROFILE_CHUNKS:-1} bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $prof_bytes $prof_n 25 $prof_t $callgraph" \
 		>"$pf.tmp" 2>"$work/vm.log" || rc=$?
 	{ echo "# scripts/bench.sh --profile $profile$([ "$callgraph" = 1 ] && echo ' --callgraph')${append:+ --append '${append# }'}: $kvariant kernel $(basename "$kdir"), commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ)"; cat "$pf.tmp"; } > "$pf"
 	rm -f "$pf.tmp"
@@ -259,6 +279,16 @@ cmd="$mods $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib
 # rm_lock=0, as nvidia-peermem's (a before/after comparison with a module
 # from before issue 22's keeper, whose free callback has the RM cycle).
 [ "${BENCH_PM_RM_LOCK:-1}" = 0 ] && cmd="BENCH_PM_RM_LOCK=0 $cmd"
+# The pin-cost models and the scaling counts, if given (--only pincost, scaling).
+[ -n "${BENCH_PIN_COSTS:-}" ] && cmd="BENCH_PIN_COSTS=$BENCH_PIN_COSTS $cmd"
+# BENCH_NV_RM_LOCK=1: nvidia-peermem's side with gpusim's rm_lock=1 too (the
+# same conditions for both; plain kernel only: lockdep reports its cycle).
+[ "${BENCH_NV_RM_LOCK:-0}" = 1 ] && cmd="BENCH_NV_RM_LOCK=1 $cmd"
+# BENCH_PM_ARGS='...': peermem's module parameters (a measurement).
+[ -n "${BENCH_PM_ARGS:-}" ] && cmd="BENCH_PM_ARGS='$BENCH_PM_ARGS' $cmd"
+# BENCH_WARM=N: N more reg+dereg at 64 KiB and 2 MiB after each side's load.
+[ -n "${BENCH_WARM:-}" ] && cmd="BENCH_WARM=$BENCH_WARM $cmd"
+[ -n "${BENCH_SCALE_N:-}" ] && cmd="BENCH_SCALE_N=$BENCH_SCALE_N $cmd"
 if [ -n "$only" ]; then
 	cmd+=" --only $only"
 else
@@ -293,7 +323,7 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
 	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
 	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
-	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" \
+	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" --meta "nv_rm_lock=${BENCH_NV_RM_LOCK:-0}" --meta "warm=${BENCH_WARM:-0}" --meta "pm_args=${BENCH_PM_ARGS:-}" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
 	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" \
@@ -306,6 +336,18 @@ if "$py" -c 'import matplotlib' 2>/dev/null; then
 	if [ -z "$only" ] || [[ ,$only, == *,latency,* ]]; then
 		"$py" tests/bench/report.py plot "$out/bench-results.json" "$out/bench-latency.png" ||
 			pm_die "the plot failed"
+	fi
+	if [[ ,$only, == *,pincost,* ]]; then
+		"$py" tests/bench/report.py pincost "$out/bench-results.json" --markdown > "$out/pincost-table.md" &&
+			"$py" tests/bench/report.py plot-pincost "$out/bench-results.json" "$out/bench-pincost.png" ||
+			pm_die "the pin-cost table or plot failed"
+		cat "$out/pincost-table.md"
+	fi
+	if [[ ,$only, == *,scaling,* ]]; then
+		"$py" tests/bench/report.py scaling "$out/bench-results.json" --markdown > "$out/scaling-table.md" &&
+			"$py" tests/bench/report.py plot-scaling "$out/bench-results.json" "$out/bench-scaling.png" ||
+			pm_die "the scaling table or plot failed"
+		cat "$out/scaling-table.md"
 	fi
 	if [ -z "$only" ]; then
 		"$py" tests/bench/report.py plot-pfn "$out/bench-results.json" "$out/bench-pfnmap.png" ||

@@ -92,6 +92,12 @@ impl From<Unmapping> for Cause {
 /// Fewest and most records a queue may hold (`event_queue_len`).
 pub(crate) const QUEUE_LEN_MIN: u32 = 2;
 pub(crate) const QUEUE_LEN_MAX: u32 = 65536;
+// A queue is one allocation at open (`KVec`, kmalloc): the largest one must
+// stay within kmalloc's largest size (4 MiB with 4 KiB pages and the
+// default MAX_PAGE_ORDER of 10), or an open at `event_queue_len=65536`
+// would WARN instead of succeeding.
+const _: () = assert!(QUEUE_LEN_MAX as usize * core::mem::size_of::<Record>() <= 4 << 20);
+
 /// Fewest and most open files one user may hold (`event_files_per_user`).
 pub(crate) const FILES_PER_USER_MIN: u32 = 1;
 pub(crate) const FILES_PER_USER_MAX: u32 = 65536;

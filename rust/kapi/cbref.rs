@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! References handed to C callbacks by id rather than by pointer: a
-//! registry (the C glue's xarray) maps never-reused ids to `Arc<T>`
-//! references. Upstream counterpart: `kernel::xarray::XArray` (6.14),
-//! which 6.12 lacks.
+//! registry (the C glue's hash table under a spinlock, `peermem_cbref_*`
+//! in rust/helpers.c) maps never-reused ids to `Arc<T>` references.
+//! Upstream counterpart: `kernel::xarray::XArray` (6.14), which 6.12
+//! lacks; an xarray with ever-growing ids costs every registration a path
+//! of fresh nodes and their RCU frees (issue 26), the hash table one small
+//! allocation freed at once.
 //!
 //! Whoever takes an entry out of the registry owns its reference. Removal
 //! is atomic, so exactly one of several racing parties (a GPU driver's free

@@ -74,14 +74,19 @@ static int rounds = 10, tap_mode, smoke, events_only;
 static const char *only;
 
 /* Is figure group g (latency, layers, free, munmap, events, threads, memory, sg) measured? */
-static int want(const char *g)
+static int named(const char *g)
 {
 	size_t n = strlen(g);
 
 	for (const char *p = only; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
 		if (!strncmp(p, g, n) && (p[n] == ',' || p[n] == '\0'))
 			return 1;
-	return !only;
+	return 0;
+}
+
+static int want(const char *g)
+{
+	return named(g) || !only;
 }
 /* --memory-detail: only the memory figures, each with its breakdown. */
 static int mem_detail;
@@ -202,14 +207,26 @@ static void use_side(int s)
 	 * before issue 22's keeper, whose free callback invalidates under RM,
 	 * has the same cycle; for a before/after comparison both run so).
 	 */
-	gs_knob("rm_lock", s == S_NV || (s == S_PM && getenv("BENCH_PM_RM_LOCK") &&
-					 !strcmp(getenv("BENCH_PM_RM_LOCK"), "0")) ? "0" : "1");
+	/*
+	 * BENCH_NV_RM_LOCK=1: nvidia-peermem's side with it, as on NVIDIA's
+	 * driver, where every client's pins, puts and mappings take RM's
+	 * lock (issue 26: the same conditions for both clients; only on a
+	 * kernel without lockdep, which reports the cycle, and only where no
+	 * free races a registration, as in these figures).
+	 */
+	int nv_lock = getenv("BENCH_NV_RM_LOCK") && !strcmp(getenv("BENCH_NV_RM_LOCK"), "1");
+
+	gs_knob("rm_lock", (s == S_NV && !nv_lock) ||
+				   (s == S_PM && getenv("BENCH_PM_RM_LOCK") &&
+				    !strcmp(getenv("BENCH_PM_RM_LOCK"), "0")) ? "0" : "1");
 	if (s == S_FLOOR)
 		return;
 	if (loaded(side_mod[!s]) && run("rmmod %s", side_mod[!s]))
 		bail("cannot unload %s", side_mod[!s]);
+	/* BENCH_PM_ARGS: peermem's module parameters (a measurement, issue 26). */
 	if (!loaded(side_mod[s]))
-		insmod(side_env[s], side_def[s], "");
+		insmod(side_env[s], side_def[s],
+		       s == S_PM && getenv("BENCH_PM_ARGS") ? getenv("BENCH_PM_ARGS") : "");
 }
 
 /* ---- one registration, whichever side --------------------------------- */
@@ -292,6 +309,53 @@ static int write_poll(struct ibv_mr *lmr, void *laddr, uint32_t len, uint64_t ra
 }
 
 /* ---- figures ------------------------------------------------------------ */
+
+/*
+ * The pin-cost model (--only pincost, never by default): reg+dereg at 64
+ * KiB, 2 MiB and 64 MiB with gpusim's pin_call_us/pin_page_ns set to each
+ * model of BENCH_PIN_COSTS ("CALL_US:PAGE_NS,...", default below: none,
+ * 45 us + 190 ns/page and 70 us + 190 ns/page as gdrcopy's pin benchmarks
+ * measured NVIDIA's pin, 1 ms + 190 ns/page for the GPUDirect RDMA guide's
+ * "up to milliseconds"; docs/benchmarks.md, "The pin-cost model").
+ * Sample "pincost_s", param "SIZE@CALL_US+PAGE_NS".
+ */
+static void fig_pincost(int s, int round)
+{
+	const char *models = getenv("BENCH_PIN_COSTS") ?: "0:0,45:190,70:190,1000:190";
+	size_t sizes[] = { 64 * 1024, 2 * MIB, 64 * MIB };
+	char buf[256], *save = NULL, ps[24], param[64], v[24];
+
+	snprintf(buf, sizeof(buf), "%s", models);
+	for (char *m = strtok_r(buf, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+		unsigned long call_us, page_ns;
+
+		if (sscanf(m, "%lu:%lu", &call_us, &page_ns) != 2 || call_us > 1000000 || page_ns > 1000000)
+			bail("BENCH_PIN_COSTS: '%s' is not CALL_US:PAGE_NS (each 0..1000000)", m);
+		snprintf(v, sizeof(v), "%lu", call_us);
+		if (gs_knob("pin_call_us", v))
+			bail("cannot set gpusim's pin_call_us (a gpusim without the pin-cost model?)");
+		snprintf(v, sizeof(v), "%lu", page_ns);
+		if (gs_knob("pin_page_ns", v))
+			bail("cannot set gpusim's pin_page_ns");
+		for (int i = 0; i < 3; i++) {
+			size_t len = sizes[i];
+			int reps = smoke ? 1 : len <= 2 * MIB ? 4 : 1;
+
+			size_str(len, ps, sizeof(ps));
+			snprintf(param, sizeof(param), "%s@%lu+%lu", ps, call_us, page_ns);
+			for (int k = 0; k < reps; k++) {
+				struct reg r;
+				double t0 = now_s();
+
+				reg_or_bail(s, gbig.p, len, &r);
+				dereg_or_bail(s, &r);
+				sample("pincost_s", param, s, round, now_s() - t0);
+			}
+		}
+	}
+	gs_knob("pin_call_us", "0");
+	gs_knob("pin_page_ns", "0");
+}
 
 /* Registration latency: reg and dereg timed apart, at each size. */
 static void fig_latency(int s, int round)
@@ -383,6 +447,10 @@ static double wait_pins_back(int s, long long lp0, double t0)
 	return now_s();
 }
 
+/* fig_scaling: the free figures under a name prefix and another parameter. */
+static const char *free_prefix = "";
+static char free_param[24];
+
 static void fig_free(int s, int round, int n)
 {
 	struct reg r[NFREE_MRS];
@@ -391,9 +459,11 @@ static void fig_free(int s, int round, int n)
 	double t0, t1, t2, t3;
 	int okw = 0, st;
 	long long lp0 = gs("live_pins");
-	char ps[8];
+	char ps[24], fn[64];
 
 	snprintf(ps, sizeof(ps), "%d", n);
+	if (free_param[0])
+		snprintf(ps, sizeof(ps), "%s", free_param);
 	galloc(&g, FREE_LEN, "2097152");
 	for (int i = 0; i < n; i++)
 		reg_or_bail(s, g.p + (n == 1 ? 0 : i * SLICE), n == 1 ? FREE_LEN : SLICE, &r[i]);
@@ -428,7 +498,8 @@ static void fig_free(int s, int round, int n)
 			     side_name[s], st1.invalidated_mrs - st0.invalidated_mrs, n);
 		if (conn_qps(&c))	/* the error completion killed the QPs */
 			bail("cannot recreate the QPs");
-		sample("free_revoke_writes_ok", ps, s, round, okw);
+		if (!free_prefix[0])
+			sample("free_revoke_writes_ok", ps, s, round, okw);
 	} else {
 		t2 = t1;
 		t3 = wait_pins_back(s, lp0, t0);
@@ -440,9 +511,12 @@ static void fig_free(int s, int round, int n)
 				     q.callbacks);
 		}
 	}
-	sample("free_ioctl_s", ps, s, round, t1 - t0);
-	sample("free_revoke_s", ps, s, round, t2 - t0);
-	sample("free_unpinned_s", ps, s, round, t3 - t0);
+	snprintf(fn, sizeof(fn), "%sfree_ioctl_s", free_prefix);
+	sample(fn, ps, s, round, t1 - t0);
+	snprintf(fn, sizeof(fn), "%sfree_revoke_s", free_prefix);
+	sample(fn, ps, s, round, t2 - t0);
+	snprintf(fn, sizeof(fn), "%sfree_unpinned_s", free_prefix);
+	sample(fn, ps, s, round, t3 - t0);
 	for (int i = 0; i < n; i++)
 		dereg_or_bail(s, &r[i]);
 	gmem_drop(&g);
@@ -575,6 +649,15 @@ static void fig_events_files(int round)
 			reg_or_bail(S_PM, g[i].p, SLICE, &r[i]);
 		}
 		snprintf(param, sizeof(param), "%d", n);
+		/* Registration with n other files open (scaling, issue 26). */
+		for (int k = 0; k < 8; k++) {
+			struct reg q;
+
+			t0 = now_s();
+			reg_or_bail(S_PM, gcontig.p, SLICE, &q);
+			dereg_or_bail(S_PM, &q);
+			sample("events_files_regdereg_s", param, S_PM, round, now_s() - t0);
+		}
 		for (int i = 0; i < EVF_MRS; i++) {
 			t0 = now_s();
 			if (munmap(g[i].p, SLICE))
@@ -596,6 +679,74 @@ static void fig_events_files(int round)
 		for (int i = 0; i < nchild; i++)
 			waitpid(pids[i], &st, 0);
 	}
+}
+
+/*
+ * Scaling (--only scaling, issue 26): with n live 64 KiB registrations of
+ * distinct GPU pages in this process (BENCH_SCALE_N, default 1,100,10000;
+ * the first 8192 on the large allocation, the rest on a second one of 128
+ * MiB, so at most 10240), the time of a reg + dereg of one more 64 KiB
+ * range (8 of them: reg and dereg timed apart), and GPU free -> MR revoked
+ * of one more MR on an allocation of its own (fig_free's figure). Peer
+ * sides only (the floor's test client is no process-wide registration
+ * table). Then, for peermem, the registration and munmap -> revoked
+ * against open /dev/peermem files (fig_events_files).
+ */
+#define SCALE_MAX 10240
+static struct gmem gscale;
+static struct reg *scale_regs;
+
+static void fig_scaling(int s, int round)
+{
+	const char *ns = getenv("BENCH_SCALE_N") ?: "1,100,10000";
+	char buf[128], *save = NULL, param[24];
+
+	if (s == S_FLOOR)
+		goto files;
+	if (!scale_regs && !(scale_regs = calloc(SCALE_MAX, sizeof(*scale_regs))))
+		bail("out of memory");
+	snprintf(buf, sizeof(buf), "%s", ns);
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		long n = strtol(t, NULL, 10);
+		size_t big_pages = large / SLICE;
+		double t0, t1, t2;
+
+		if (n < 1 || n > SCALE_MAX)
+			bail("BENCH_SCALE_N: %s is not 1..%d", t, SCALE_MAX);
+		if ((size_t)n > big_pages && !gscale.p)
+			galloc(&gscale, SCALE_MAX * SLICE - large, "2097152");
+		for (long i = 0; i < n; i++) {
+			void *p = (size_t)i < big_pages ? gbig.p + i * SLICE
+							: gscale.p + (i - big_pages) * SLICE;
+
+			reg_or_bail(s, p, SLICE, &scale_regs[i]);
+		}
+		snprintf(param, sizeof(param), "%ld", n);
+		for (int k = 0; k < 8; k++) {
+			struct reg q;
+
+			t0 = now_s();
+			reg_or_bail(s, gcontig.p, SLICE, &q);
+			t1 = now_s();
+			dereg_or_bail(s, &q);
+			t2 = now_s();
+			sample("scale_reg_s", param, s, round, t1 - t0);
+			sample("scale_dereg_s", param, s, round, t2 - t1);
+			sample("scale_regdereg_s", param, s, round, t2 - t0);
+		}
+		free_prefix = "scale_";
+		snprintf(free_param, sizeof(free_param), "%ld", n);
+		fig_free(s, round, 1);
+		free_prefix = "";
+		free_param[0] = 0;
+		t0 = now_s();
+		for (long i = 0; i < n; i++)
+			dereg_or_bail(s, &scale_regs[i]);
+		sample("scale_dereg_all_s", param, s, round, now_s() - t0);
+	}
+files:
+	if (s == S_PM)
+		fig_events_files(round);
 }
 
 /*
@@ -1014,13 +1165,34 @@ static void run_side(int s, int round)
 	struct reg r;
 
 	use_side(s);
-	/* Warm the path once after a (re)load. */
-	reg_or_bail(s, gbig.p, 2 * MIB, &r);
-	dereg_or_bail(s, &r);
+	/*
+	 * Warm the path after a (re)load: once, or BENCH_WARM times at 64 KiB
+	 * and at 2 MiB (issue 26: under TCG a freshly loaded module's code is
+	 * translated again as it first runs, which weighs on the first
+	 * registrations of each round; every side gets the same warm-up).
+	 */
+	{
+		int warm = getenv("BENCH_WARM") ? atoi(getenv("BENCH_WARM")) : 0;
+
+		if (warm < 0 || warm > 10000)
+			bail("BENCH_WARM: 0..10000");
+		reg_or_bail(s, gbig.p, 2 * MIB, &r);
+		dereg_or_bail(s, &r);
+		for (int k = 0; k < warm; k++) {
+			reg_or_bail(s, gbig.p, 64 * 1024, &r);
+			dereg_or_bail(s, &r);
+			reg_or_bail(s, gbig.p, 2 * MIB, &r);
+			dereg_or_bail(s, &r);
+		}
+	}
 	if (mem_detail)
 		goto memory;
 	if (want("latency"))
 		fig_latency(s, round);
+	if (named("pincost"))
+		fig_pincost(s, round);
+	if (named("scaling"))
+		fig_scaling(s, round);
 	if (want("layers"))
 		fig_layers(s, round);
 	if (want("free")) {
@@ -1240,6 +1412,7 @@ int main(int argc, char **argv)
 			}
 			av[ac] = NULL;
 			fflush(stdout);
+			unlink(perf_out);	/* the file that says perf is up (below) */
 			perf = fork();
 			if (perf == 0) {
 				execvp("perf", (char *const *)av);
@@ -1247,7 +1420,15 @@ int main(int argc, char **argv)
 			}
 			if (perf < 0)
 				bail("fork: %s", strerror(errno));
-			sleep(2);	/* perf is up */
+			/*
+			 * perf is up: its output file exists (it writes the header
+			 * once its events are open), plus 2 s; a loaded host may
+			 * take longer than the 2 s alone, and a SIGINT before that
+			 * leaves no file.
+			 */
+			for (int w = 0; w < 600 && access(perf_out, R_OK); w++)
+				usleep(100000);
+			sleep(2);
 		}
 		t0 = now_s();
 		if (prof_free) {
@@ -1272,6 +1453,13 @@ int main(int argc, char **argv)
 				unlink(PERF_CTL);
 				unlink(PERF_ACK);
 			}
+			/*
+			 * BENCH_KALLSYMS=FILE: the kernel's symbols while this side's
+			 * module is still loaded (the run unloads it before perf
+			 * report runs, which then cannot name its functions).
+			 */
+			if (getenv("BENCH_KALLSYMS") && run("cat /proc/kallsyms > %s", getenv("BENCH_KALLSYMS")))
+				bail("cannot copy /proc/kallsyms to %s", getenv("BENCH_KALLSYMS"));
 		}
 		if (!prof_free)
 			printf("profile %s %zu bytes, %d thread(s): %d reg+dereg each, %.3f ms per reg+dereg (wall, all threads)\n",
@@ -1316,6 +1504,10 @@ int main(int argc, char **argv)
 	gmem_drop(&gcontig);
 	gmem_free(gfd, &gfrag);
 	gmem_drop(&gfrag);
+	if (gscale.p) {
+		gmem_free(gfd, &gscale);
+		gmem_drop(&gscale);
+	}
 	close(tcfd);
 	idle = wait_for(idle_all, 30);
 	if (!idle && !tap_mode)

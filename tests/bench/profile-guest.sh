@@ -32,21 +32,38 @@ echo 0 > /proc/sys/kernel/kptr_restrict
 echo -1 > /proc/sys/kernel/perf_event_paranoid
 if [ "$bytes" = free ]; then large=67108864; else large=$(( bytes > 67108864 ? bytes : 67108864 )); fi
 idle_re='default_idle|cpu_idle|safe_halt|mwait_idle|poll_idle|acpi_idle'
-for side in peermem nvidia-peermem floor; do
+# PROFILE_CHUNKS=K (registrations only): K passes over the three sides, in
+# an order that rotates from pass to pass, N/K registrations per side and
+# pass, each pass profiled and reported apart (the raw lines of each pass
+# follow its "profile SIDE" line): under a loaded host the passes of the
+# sides interleave, so a drift of the host's speed weighs on all sides
+# alike (tests/bench/report.py profdiff averages the passes).
+chunks=${PROFILE_CHUNKS:-1}
+[ "$bytes" != free ] || chunks=1
+sides=(peermem nvidia-peermem floor)
+order=()
+for ((c = 0; c < chunks; c++)); do
+	for k in 0 1 2; do order+=("${sides[(c + k) % 3]}"); done
+done
+[ "$chunks" = 1 ] || n=$(( n / chunks ))
+for side in "${order[@]}"; do
 	out=/tmp/perf.$side
-	line=$(BENCH_PERF_CALLGRAPH=$cg BENCH_PROF_THREADS=$threads BENCH_PERF_OUT=$out "$bench" --profile "$side" "$bytes" "$n" --large "$large" | grep -E '^(profile|not ok)')
+	# The symbols while the side's module is loaded (bench_peermem unloads
+	# it before it exits): perf report names the module's functions from it.
+	ks=/tmp/kallsyms.$side
+	line=$(BENCH_KALLSYMS=$ks BENCH_PERF_CALLGRAPH=$cg BENCH_PROF_THREADS=$threads BENCH_PERF_OUT=$out "$bench" --profile "$side" "$bytes" "$n" --large "$large" | grep -E '^(profile|not ok)')
 	echo "$line"
 	case "$line" in profile*) ;; *) exit 1 ;; esac
 	# The frees' summed wall time (free profile): the CPU time sampled.
 	wall=$(sed -n 's/.* sum \([0-9.]*\) s .*/\1/p' <<<"$line")
 	cpus=$(nproc)
-	total=$(perf report -q -i "$out" --stdio --no-children -n --sort sym -g none 2>/dev/null | awk '/^ *[0-9.]+%/ { s += $2 } END { print s + 0 }')
+	total=$(perf report -q -i "$out" --kallsyms="$ks" --stdio --no-children -n --sort sym -g none 2>/dev/null | awk '/^ *[0-9.]+%/ { s += $2 } END { print s + 0 }')
 	if [ "$bytes" = free ]; then
 		awk -v t="$total" -v w="$wall" -v c="$cpus" -v side="$side" 'BEGIN {
 			printf "%s: %d samples in %.3f s of frees on %d vCPUs: %.0f samples/s per vCPU (perf_event_max_sample_rate now %s)\n",
 				side, t, w, c, t / (w * c), "'"$(cat /proc/sys/kernel/perf_event_max_sample_rate)"'" }'
 	fi
-	perf report -q -i "$out" --stdio --no-children -n --sort sym -g none 2>/dev/null | awk -v top="$top" -v side="$side" -v n="$n" -v free="$bytes" -v total="$total" -v cput="${wall:-0}" -v cpus="$cpus" '
+	perf report -q -i "$out" --kallsyms="$ks" --stdio --no-children -n --sort sym -g none 2>/dev/null | awk -v top="$top" -v side="$side" -v n="$n" -v free="$bytes" -v total="$total" -v cput="${wall:-0}" -v cpus="$cpus" '
 		/^ *[0-9.]+%/ {
 			p = $1; sub(/%/, "", p); c = $2; sym = $0; sub(/^ *[0-9.]+% +[0-9]+ +/, "", sym)
 			if (sym ~ /'"$idle_re"'/) { idle += p; idlec += c; next }
@@ -64,13 +81,40 @@ for side in peermem nvidia-peermem floor; do
 				else
 					printf "  %6.2f%%  %s\n", 100 * pc[i] / busy, name[i]
 		}'
+	# Every symbol's samples, for a comparison of the sides on the host
+	# (tests/bench/report.py profdiff): "raw-self SIDE PCT COUNT SYM" and,
+	# with call chains, "raw-incl SIDE CHILDREN% SELF% SYM".
+	# perf leaves the functions of a module it finds no .ko for (peermem's,
+	# nvidia-peermem's: built outside /lib/modules) as bare addresses; they
+	# are named here from the side's kallsyms ("name [module]").
+	{
+		perf report -q -i "$out" --kallsyms="$ks" --stdio --no-children -n --sort sym -g none 2>/dev/null |
+			awk -v side="$side" '/^ *[0-9.]+%/ { sub(/^ +/, ""); print "raw-self " side " " $0 }'
+		[ "$cg" = 1 ] && perf report -q -i "$out" --kallsyms="$ks" --stdio --children --sort sym -g none 2>/dev/null |
+			awk -v side="$side" '/^ *[0-9.]+%/ { sub(/^ +/, ""); print "raw-incl " side " " $0 }'
+	} | python3 -c '
+import bisect, re, sys
+syms = []
+for l in open(sys.argv[1]):
+    p = l.split()
+    if len(p) >= 4 and p[1] in "tT":
+        syms.append((int(p[0], 16), p[2] + " " + p[3]))
+syms.sort()
+keys = [a for a, _ in syms]
+def name(m):
+    a = int(m.group(1), 16)
+    i = bisect.bisect_right(keys, a) - 1
+    return syms[i][1] if i >= 0 and a - keys[i] < 0x10000 else m.group(0)
+for l in sys.stdin:
+    sys.stdout.write(re.sub(r"\b0x(ffffffff[0-9a-f]{8})\b", name, l))
+' "$ks"
 	echo "$side: busy samples by object (the kernel, each module, user space):"
-	perf report -q -i "$out" --stdio --no-children --sort dso -g none 2>/dev/null | awk '
+	perf report -q -i "$out" --kallsyms="$ks" --stdio --no-children --sort dso -g none 2>/dev/null | awk '
 		/^ *[0-9.]+%/ { p = $1; sub(/%/, "", p); d = $2; v[d] += p; t += p }
 		END { for (d in v) printf "  %6.2f%%  %s\n", 100 * v[d] / t, d }' | sort -rn | head -n 8
 	[ "$cg" = 1 ] || continue
 	# Call chains: one block per sample, the leaf first.
-	perf script -i "$out" -F ip,sym,dso 2>/dev/null > /tmp/perf.$side.chains
+	perf script -i "$out" --kallsyms="$ks" -F ip,sym,dso 2>/dev/null > /tmp/perf.$side.chains
 	echo "$side: samples in the mutex code (leaf mutex_spin_on_owner, osq_lock, mutex_lock*, __mutex_*), by the first caller outside it:"
 	awk '
 		function flush() {
@@ -87,7 +131,7 @@ for side in peermem nvidia-peermem floor; do
 		END { flush(); printf "  %d samples\n", tot; for (k in by) printf "  %6d  %s\n", by[k], k }' /tmp/perf.$side.chains | sort -k1,1rn | head -n 15
 	if [ "$bytes" = free ]; then
 		echo "$side: symbols by inclusive share of the busy samples (itself and what it calls), and us of CPU per free:"
-		perf report -q -i "$out" --stdio --children --sort sym -g none 2>/dev/null | awk -v top="$top" -v n="$n" -v cput="$wall" -v cpus="$cpus" '
+		perf report -q -i "$out" --kallsyms="$ks" --stdio --children --sort sym -g none 2>/dev/null | awk -v top="$top" -v n="$n" -v cput="$wall" -v cpus="$cpus" '
 			/^ *[0-9.]+%/ {
 				sym = $0; sub(/^ *[0-9.]+% +[0-9.]+% +/, "", sym)
 				if (sym ~ /'"$idle_re"'|ret_from_fork|kthread|cpu_startup_entry|do_idle|ap_starting|start_secondary|common_startup|x86_64_start|start_kernel|rest_init/) next

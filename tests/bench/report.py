@@ -15,12 +15,29 @@ plots.
                                          (FIGS: figure names, comma-separated)
     report.py memdetail GUEST_OUTPUT     bench_peermem --memory-detail's breakdown
                                          of the memory figures by counter (Markdown)
+    report.py pincost JSON               the pin-cost model's table (--only pincost)
+    report.py plot-pincost JSON PNG      the same, plotted (matplotlib)
+    report.py scaling JSON               the scaling figures' table (--only scaling)
+    report.py plot-scaling JSON PNG      the same, plotted (matplotlib)
+    report.py ratios JSON...             reg+dereg pm/nv per size, of the medians and
+                                         per round (median, p25-p75), run by run
+    report.py profops PROFILE [PM_US NV_US]  the clients' operations and the calls
+                                         that differ: inclusive shares of ib_uverbs_ioctl
+                                         per side (median of the passes); in us with the
+                                         bench's reg+dereg medians
+    report.py profdiff PROFILE [N] [--self]  a --profile --callgraph run of
+                                         registrations: each symbol's CPU time per
+                                         reg+dereg (us, both vCPUs, inclusive; --self:
+                                         its own samples), peermem's minus
+                                         nvidia-peermem's, the N (default 40) largest
+                                         differences; median of the passes (PROFILE_CHUNKS)
 
 scripts/bench.sh runs all of them. Only the standard library is needed but
 for the plot, which needs matplotlib (Debian's python3-matplotlib).
 """
 import json
 import math
+import re
 import sys
 
 SIDES = ["peermem", "nvidia-peermem", "floor"]
@@ -710,6 +727,369 @@ def cmd_memdetail(raw):
     return "\n".join(out)
 
 
+def round_ratio(doc, fig, p, a="peermem", b="nvidia-peermem"):
+    """The median over the rounds of (a's median / b's median in that
+    round), and its p25-p75: the sides take turns within a round, so a
+    drift of the host's speed weighs on both."""
+    by = {}
+    for smp in doc["samples"]:
+        if smp["figure"] == fig and smp["param"] == p:
+            by.setdefault(smp["round"], {}).setdefault(smp["side"], []).append(smp["value"])
+    r = [pct(v[a], 0.5) / pct(v[b], 0.5) for v in by.values()
+         if v.get(a) and v.get(b) and pct(v[b], 0.5)]
+    return (pct(r, 0.5), pct(r, 0.25), pct(r, 0.75)) if r else (None, None, None)
+
+
+def pincost_params(doc):
+    """(size label, call us, page ns, param) of the pincost samples, by
+    model then size."""
+    seen = {}
+    for smp in doc["samples"]:
+        if smp["figure"] == "pincost_s":
+            size, _, model = smp["param"].partition("@")
+            call, _, page = model.partition("+")
+            seen[smp["param"]] = (size, int(call), int(page), smp["param"])
+    return sorted(seen.values(), key=lambda t: (t[1], t[2], size_bytes(t[0])))
+
+
+def cmd_pincost(path, markdown=False):
+    with open(path) as f:
+        doc = json.load(f)
+    summ = doc["summary"]
+    head = ["pin cost model (per pin)", "size", "peermem", "nvidia-peermem", "floor",
+            "pm/nv", "pm/nv per round (p25-p75)", "pm/floor", "nv/floor"]
+    lines = []
+    for size, call, page, p in pincost_params(doc):
+        e = summ.get("pincost_s/" + p, {})
+        rr = round_ratio(doc, "pincost_s", p)
+        lines.append(["%d us + %d ns/page" % (call, page), size_label(size),
+                      cell(e.get("peermem"), "s"), cell(e.get("nvidia-peermem"), "s"),
+                      cell(e.get("floor"), "s"),
+                      rfmt(ratio(summ, "pincost_s/" + p, "peermem", "nvidia-peermem")),
+                      "-" if rr[0] is None else "%.2f (%.2f-%.2f)" % rr,
+                      rfmt(ratio(summ, "pincost_s/" + p, "peermem", "floor")),
+                      rfmt(ratio(summ, "pincost_s/" + p, "nvidia-peermem", "floor"))])
+    return grid(head, lines, markdown)
+
+
+def cmd_plot_pincost(path, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with open(path) as f:
+        doc = json.load(f)
+    summ = doc["summary"]
+    params = pincost_params(doc)
+    sizes_ = sorted({t[0] for t in params}, key=size_bytes)
+    models = sorted({(t[1], t[2]) for t in params})
+    fig, axes = plt.subplots(1, len(sizes_), figsize=(4.2 * len(sizes_), 4.2))
+    if len(sizes_) == 1:
+        axes = [axes]
+    for ax, size in zip(axes, sizes_):
+        for side, mk in zip(SIDES, ("o-", "s--", "^:")):
+            xs, ys, lo, hi = [], [], [], []
+            for call, page in models:
+                e = (summ.get("pincost_s/%s@%d+%d" % (size, call, page)) or {}).get(side)
+                if not e:
+                    continue
+                xs.append(call)
+                ys.append(e["median"] * 1e3)
+                lo.append((e["median"] - e["p25"]) * 1e3)
+                hi.append((e["p75"] - e["median"]) * 1e3)
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt=mk, capsize=3, label=side)
+        ax.set_title("reg+dereg %s" % size_label(size))
+        ax.set_xlabel("pin cost per call, us (+ ns/page as in the table)")
+        ax.set_ylabel("ms (median, p25-p75)")
+        ax.set_xscale("symlog", linthresh=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("The pin-cost model (gpusim pin_call_us / pin_page_ns): a model, not a measurement of NVIDIA's driver",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+SCALE_ROWS = [
+    # (figure, label)
+    ("scale_regdereg_s", "reg + dereg of one more 64 KiB MR"),
+    ("scale_reg_s", "  of which ibv_reg_mr"),
+    ("scale_dereg_s", "  of which ibv_dereg_mr"),
+    ("scale_free_revoke_s", "GPU free -> MR revoked, one more MR on its own allocation"),
+    ("scale_free_ioctl_s", "  of which GPUSIM_IOC_FREE itself"),
+    ("scale_dereg_all_s", "deregistering all N (per MR below)"),
+]
+
+
+def scale_ns(doc, fig):
+    return sorted({int(s["param"]) for s in doc["samples"] if s["figure"] == fig})
+
+
+def cmd_scaling(path, markdown=False):
+    with open(path) as f:
+        doc = json.load(f)
+    summ = doc["summary"]
+    head = ["figure", "live MRs N", "peermem", "nvidia-peermem", "pm/nv",
+            "pm/nv per round (p25-p75)", "peermem / its N=1", "nvidia-peermem / its N=1"]
+    lines = []
+    for fig, label in SCALE_ROWS:
+        ns = scale_ns(doc, fig)
+        base = summ.get("%s/%d" % (fig, ns[0]), {}) if ns else {}
+        for n in ns:
+            key = "%s/%d" % (fig, n)
+            e = summ.get(key, {})
+
+            def per(side):
+                v = (e.get(side) or {}).get("median")
+                if v is None:
+                    return None
+                return v / n if fig == "scale_dereg_all_s" else v
+
+            def rel(side):
+                b = (base.get(side) or {}).get("median")
+                v = per(side)
+                bb = None if b is None else (b / ns[0] if fig == "scale_dereg_all_s" else b)
+                return None if v is None or not bb else v / bb
+            rr = round_ratio(doc, fig, str(n))
+            pm, nv = per("peermem"), per("nvidia-peermem")
+            lines.append([label if n == ns[0] else "", str(n),
+                          "-" if pm is None else fmt_val(pm, "s"), "-" if nv is None else fmt_val(nv, "s"),
+                          rfmt(None if pm is None or not nv else pm / nv),
+                          "-" if rr[0] is None else "%.2f (%.2f-%.2f)" % rr,
+                          rfmt(rel("peermem")), rfmt(rel("nvidia-peermem"))])
+    for fig, label in (("events_files_regdereg_s", "peermem: reg + dereg of 64 KiB with N other /dev/peermem files open"),
+                       ("events_files_unmap_s", "peermem: munmap -> revoked (reported) with N other files open")):
+        ns = scale_ns(doc, fig)
+        base = (summ.get("%s/%d" % (fig, ns[0]), {}).get("peermem") or {}).get("median") if ns else None
+        for n in ns:
+            e = (summ.get("%s/%d" % (fig, n), {}).get("peermem") or {})
+            lines.append([label if n == ns[0] else "", "%d files" % n, cell(e, "s") if e else "-", "-", "-", "-",
+                          rfmt(None if not e or not base else e["median"] / base), "-"])
+    return grid(head, lines, markdown)
+
+
+def cmd_plot_scaling(path, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with open(path) as f:
+        doc = json.load(f)
+    summ = doc["summary"]
+    figs = [("scale_regdereg_s", "reg + dereg of one more 64 KiB MR"),
+            ("scale_free_revoke_s", "GPU free -> revoked, one more MR"),
+            ("events_files_regdereg_s", "peermem: reg + dereg, N files open")]
+    fig, axes = plt.subplots(1, len(figs), figsize=(4.4 * len(figs), 4.2))
+    for ax, (name, title) in zip(axes, figs):
+        ns = scale_ns(doc, name)
+        for side, mk in zip(SIDES[:2], ("o-", "s--")):
+            xs, ys, lo, hi = [], [], [], []
+            for n in ns:
+                e = (summ.get("%s/%d" % (name, n)) or {}).get(side)
+                if not e:
+                    continue
+                xs.append(max(n, 0.5))
+                ys.append(e["median"] * 1e3)
+                lo.append((e["median"] - e["p25"]) * 1e3)
+                hi.append((e["p75"] - e["median"]) * 1e3)
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt=mk, capsize=3, label=side)
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("open /dev/peermem files" if name.startswith("events") else "live registrations N in the process")
+        ax.set_ylabel("ms (median, p25-p75)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+# The peer clients' callbacks and the calls that differ between them, as
+# perf names them: (label, peermem's symbols, nvidia-peermem's symbols);
+# a symbol matches by prefix of its demangled-enough name (Rust names are
+# matched by their path words).
+PROF_OPS = [
+    ("acquire", [("OperationsVTable", "acquire")], ["=nv_mem_acquire"]),
+    ("get_pages", [("OperationsVTable", "get_pages")], ["=nv_mem_get_pages"]),
+    ("dma_map", [("OperationsVTable", "dma_map")], ["=nv_dma_map"]),
+    ("dma_unmap", [("OperationsVTable", "dma_unmap")], ["=nv_dma_unmap"]),
+    # (the vtable's put_pages and release are tail calls perf does not see)
+    ("put_pages", [("OperationsVTable", "put_pages"), ("12registration", "put_pages")], ["=nv_mem_put_pages"]),
+    ("release", [("OperationsVTable", "release"), ("12registration", "release")], ["=nv_mem_release"]),
+    ("  peermem's Registration::unpin (the keeper's and the watch's puts, from put_pages)",
+     [("Registration", "unpin")], []),
+    ("  nvidia_p2p_get_pages (peermem: the watch; nvidia-peermem: the probe and the pin)",
+     ["=nvidia_p2p_get_pages"], ["=nvidia_p2p_get_pages"]),
+    ("  nvidia_p2p_get_pages_persistent (peermem: the keeper)", ["=nvidia_p2p_get_pages_persistent"],
+     ["=nvidia_p2p_get_pages_persistent"]),
+    ("  nvidia_p2p_put_pages (peermem: the watch; nvidia-peermem: the probe's and the pin's)",
+     ["=nvidia_p2p_put_pages"], ["=nvidia_p2p_put_pages"]),
+    ("  nvidia_p2p_put_pages_persistent (peermem: the keeper)", ["=nvidia_p2p_put_pages_persistent"],
+     ["=nvidia_p2p_put_pages_persistent"]),
+    ("  nvidia_p2p_dma_map_pages", ["=nvidia_p2p_dma_map_pages"], ["=nvidia_p2p_dma_map_pages"]),
+    ("  nvidia_p2p_dma_unmap_pages", ["=nvidia_p2p_dma_unmap_pages"], ["=nvidia_p2p_dma_unmap_pages"]),
+    ("  mmu_interval_notifier_insert (peermem's address watch)", ["=mmu_interval_notifier_insert"],
+     ["=mmu_interval_notifier_insert"]),
+    ("  mmu_interval_notifier_remove", ["=mmu_interval_notifier_remove"], ["=mmu_interval_notifier_remove"]),
+    ("  the free callbacks' registry (peermem_cbref_insert, _take)",
+     ["=peermem_cbref_insert", "=peermem_cbref_take"], []),
+    ("  peermem's allocations (watch, work item)", ["=peermem_watch_alloc", "=peermem_work_alloc"], []),
+    ("the core's ib_peer_umem_get (client search, get_pages, dma_map under it)", ["=ib_peer_umem_get"],
+     ["=ib_peer_umem_get"]),
+    ("the core's ib_peer_umem_release (dma_unmap, put_pages, release under it)", ["=ib_peer_umem_release"],
+     ["=ib_peer_umem_release"]),
+    ("  RCU softirq work (rcu_core) while registering", ["=rcu_core"], ["=rcu_core"]),
+    ("  call_rcu", ["=call_rcu"], ["=call_rcu"]),
+    ("  xarray node allocation (xas_alloc)", ["=xas_alloc"], ["=xas_alloc"]),
+    ("rxe_reg_user_mr + rxe_dereg_mr (rxe's MR with the core and the client under it)",
+     ["=rxe_reg_user_mr", "=rxe_dereg_mr"], ["=rxe_reg_user_mr", "=rxe_dereg_mr"]),
+]
+
+
+def prof_match(sym, pats):
+    """Whether perf's symbol sym (maybe "name [module]") is one of pats:
+    "=name" exactly, or a tuple of words all in a Rust name, the last one
+    the function's own (its length-prefixed path segment)."""
+    name = sym.split(" [")[0].strip()
+    for p in pats:
+        if isinstance(p, str):
+            if name == p[1:]:
+                return True
+        elif all(w in name for w in p) and re.search(r"\d%s(B|E|$)" % re.escape(p[-1]), name) \
+                and re.search(r"%d%s(B|E|$)" % (len(p[-1]), re.escape(p[-1])), name):
+            return True
+    return False
+
+
+def cmd_ratios(paths, markdown=False):
+    """For runs of --only latency: per size, pm/nv of the medians and the
+    median over the rounds of each round's pm/nv (p25-p75), run by run."""
+    head = ["run", "rounds", "nv rm_lock"] + ["%s pm/nv: medians; per round (p25-p75)" % size_label(p)
+                                             for p in ("64K", "2M", "64M", "512M")]
+    lines = []
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        row = [path.replace("docs/bench/", ""), str(doc.get("rounds", "?")), str(doc.get("nv_rm_lock", "0"))]
+        for p in ("64K", "2M", "64M", "512M"):
+            r = ratio(doc["summary"], "regdereg_s/" + p, "peermem", "nvidia-peermem")
+            rr = round_ratio(doc, "regdereg_s", p)
+            row.append("-" if r is None else "%.2f; %.2f (%.2f-%.2f)" % ((r,) + rr))
+        lines.append(row)
+    return grid(head, lines, markdown)
+
+
+def cmd_profops(path, lat_pm=None, lat_nv=None, markdown=False):
+    """Per peer-memory operation and per differing call: its inclusive
+    share of the side's ib_uverbs_ioctl (all registration and
+    deregistration work in the syscall), median over the passes; with
+    the bench's interleaved reg+dereg medians (us), the same in us."""
+    per = {}    # side -> label -> [share per pass]
+    side = None
+    passes = {}
+    cur = {}
+    def flush():
+        if side and cur:
+            base = cur.get("__ioctl__", 0)
+            for lab, v in cur.items():
+                if lab != "__ioctl__" and base:
+                    per.setdefault(side, {}).setdefault(lab, []).append(v / base)
+            for lab, _, _ in PROF_OPS:
+                if base and lab not in cur:
+                    per.setdefault(side, {}).setdefault(lab, []).append(0.0)
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"profile (\S+) (\d+) bytes, 1 thread\(s\)", line)
+            if m:
+                flush()
+                side, cur = m.group(1), {}
+                passes[side] = passes.get(side, 0) + 1
+                continue
+            if not line.startswith("raw-incl ") or side is None:
+                continue
+            _, sd, rest = line.split(None, 2)
+            mm = re.match(r"([0-9.]+)%\s+([0-9.]+)%\s+\[.\]\s+(.*)", rest)
+            if not mm or sd != side:
+                continue
+            pctv, sym = float(mm.group(1)), mm.group(3).strip()
+            if sym.split(" [")[0] == "ib_uverbs_ioctl":
+                cur["__ioctl__"] = cur.get("__ioctl__", 0) + pctv
+            for lab, pp, pn in PROF_OPS:
+                pats = pp if side == "peermem" else pn
+                if side in ("peermem", "nvidia-peermem") and prof_match(sym, pats):
+                    cur[lab] = cur.get(lab, 0) + pctv
+        flush()
+    head = ["operation or call (inclusive)", "peermem share", "nvidia-peermem share", "pm - nv, points"]
+    if lat_pm:
+        head += ["peermem us", "nvidia-peermem us", "pm - nv us"]
+    lines = []
+    for lab, _, _ in PROF_OPS:
+        a = pct(per.get("peermem", {}).get(lab, []), 0.5)
+        b = pct(per.get("nvidia-peermem", {}).get(lab, []), 0.5)
+        row = [lab, "%.1f %%" % (100 * a) if a == a else "-", "%.1f %%" % (100 * b) if b == b else "-",
+               "%+.1f" % (100 * (a - b)) if a == a and b == b else "-"]
+        if lat_pm:
+            ua = a * lat_pm if a == a else 0
+            ub = b * lat_nv if b == b else 0
+            row += ["%.1f" % ua, "%.1f" % ub, "%+.1f" % (ua - ub)]
+        lines.append(row)
+    out = ["# %s: %d peermem and %d nvidia-peermem passes; shares of the side's ib_uverbs_ioctl "
+           "(inclusive CPU samples), median over the passes%s" % (
+               path, passes.get("peermem", 0), passes.get("nvidia-peermem", 0),
+               "; us: share x the side's reg+dereg median (%.0f and %.0f us)" % (lat_pm, lat_nv) if lat_pm else "")]
+    return out + grid(head, lines, markdown)
+
+
+def cmd_profdiff(path, n=40, kind="incl", markdown=False):
+    """A registration profile (scripts/bench.sh --profile SIZE,N
+    --callgraph, maybe in passes): per side and pass, each symbol's share
+    of all samples (idle included) times the pass's CPU time per reg+dereg
+    (vCPUs x wall per reg+dereg) is its CPU time per reg+dereg; the median
+    over the passes is taken. Returns the lines of a table: peermem minus nvidia-peermem,
+    largest first, with both and the floor."""
+    import re
+    cpus = 2
+    acc = {}    # side -> sym -> [us per pass]
+    walls = {}  # side -> [wall us per pass]
+    side = None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"profile (\S+) (\d+) bytes, 1 thread\(s\): (\d+) reg\+dereg each, ([0-9.]+) ms", line)
+            if m:
+                side = m.group(1)
+                walls.setdefault(side, []).append(float(m.group(4)) * 1000)
+                continue
+            if not line.startswith("raw-%s " % kind):
+                continue
+            _, sd, rest = line.split(None, 2)
+            if kind == "incl":
+                m = re.match(r"([0-9.]+)%\s+([0-9.]+)%\s+\[.\]\s+(.*)", rest)
+            else:
+                m = re.match(r"([0-9.]+)%\s+(\d+)\s+\[.\]\s+(.*)", rest)
+            if not m or sd != side:
+                continue
+            sym = m.group(3).strip()
+            k = len(walls[sd]) - 1
+            per = acc.setdefault(sd, {}).setdefault(sym, {})
+            per[k] = per.get(k, 0) + float(m.group(1)) / 100 * cpus * walls[sd][k]
+    if "peermem" not in acc or "nvidia-peermem" not in acc:
+        sys.exit("report.py profdiff: %s has no peermem and nvidia-peermem registration profile" % path)
+    # The median over the passes (a pass without the symbol counts 0): a
+    # pass the host slowed down moves it less than a mean.
+    us = {sd: {sym: pct([v.get(k, 0) for k in range(len(walls[sd]))], 0.5) for sym, v in d.items()}
+          for sd, d in acc.items()}
+    wall = {sd: pct(w, 0.5) for sd, w in walls.items()}
+    pm, nv, fl = us["peermem"], us["nvidia-peermem"], us.get("floor", {})
+    out = ["# %s: %d pass(es); wall per reg+dereg (median of the passes): peermem %.1f us, "
+           "nvidia-peermem %.1f us, floor %.1f us; difference %.1f us (%s CPU time, both vCPUs)"
+           % (path, len(walls["peermem"]), wall["peermem"], wall["nvidia-peermem"], wall.get("floor", 0),
+              wall["peermem"] - wall["nvidia-peermem"], "inclusive" if kind == "incl" else "self")]
+    keys = sorted(set(pm) | set(nv), key=lambda k: -(pm.get(k, 0) - nv.get(k, 0)))
+    lines = [["%.1f" % (pm.get(k, 0) - nv.get(k, 0)), "%.1f" % pm.get(k, 0), "%.1f" % nv.get(k, 0),
+              "%.1f" % fl.get(k, 0), k[:100]] for k in keys[:n]]
+    out += grid(["pm - nv (us)", "peermem (us)", "nvidia-peermem (us)", "floor (us)", "symbol"], lines, markdown)
+    return out
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -739,6 +1119,22 @@ def main():
         print(cmd_distortion(argv[0], argv[1], md))
     elif cmd == "compare" and len(argv) in (2, 3):
         print("\n".join(cmd_compare(argv[0], argv[1], md, argv[2] if len(argv) == 3 else None)))
+    elif cmd == "pincost" and len(argv) == 1:
+        print("\n".join(cmd_pincost(argv[0], md)))
+    elif cmd == "plot-pincost" and len(argv) == 2:
+        cmd_plot_pincost(argv[0], argv[1])
+    elif cmd == "scaling" and len(argv) == 1:
+        print("\n".join(cmd_scaling(argv[0], md)))
+    elif cmd == "plot-scaling" and len(argv) == 2:
+        cmd_plot_scaling(argv[0], argv[1])
+    elif cmd == "ratios" and argv:
+        print("\n".join(cmd_ratios(argv, md)))
+    elif cmd == "profops" and len(argv) in (1, 3):
+        print("\n".join(cmd_profops(argv[0], *(float(x) for x in argv[1:]), markdown=md)))
+    elif cmd == "profdiff" and len(argv) >= 1:
+        kind = "self" if "--self" in argv else "incl"
+        argv = [a for a in argv if a != "--self"]
+        print("\n".join(cmd_profdiff(argv[0], int(argv[1]) if len(argv) > 1 else 40, kind, md)))
     elif cmd == "memdetail" and len(argv) == 1:
         print(cmd_memdetail(argv[0]))
     else:

@@ -37,6 +37,16 @@ module! {
             default: true,
             description: "1: hold an emulated resource-manager lock across get_pages, put_pages, dma_map_pages and the free path (free callbacks), as the 550 driver does (docs/gpusim.md)",
         },
+        // The pin-cost model (docs/gpusim.md, "Pin cost"): 0 and 0, no
+        // cost, unless asked for.
+        pin_call_us: u64 {
+            default: 0,
+            description: "pin-cost model: microseconds each successful nvidia_p2p_get_pages* takes, under the RM lock (0..1000000; default 0: none; debugfs pin_call_us)",
+        },
+        pin_page_ns: u64 {
+            default: 0,
+            description: "pin-cost model: nanoseconds per 64 KiB page each successful nvidia_p2p_get_pages* takes on top (0..1000000; default 0: none; debugfs pin_page_ns)",
+        },
     },
 }
 
@@ -60,6 +70,10 @@ impl kernel::InPlaceModule for GpuSimModule {
             state::init();
             rm::init(module_parameters::rm_lock.value());
         }
+        knobs::set_pin_cost(
+            module_parameters::pin_call_us.value(),
+            module_parameters::pin_page_ns.value(),
+        );
         try_pin_init!(Self {
             _branch: branch::init()?,
             debugfs <- knobs::debugfs(),

@@ -11,7 +11,10 @@ use kernel::debugfs::{Scope, ScopedDir};
 use kernel::fmt;
 use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Relaxed};
-use kernel::time::{delay::fsleep, Delta};
+use kernel::time::{
+    delay::{fsleep, udelay},
+    Delta,
+};
 use kernel::uaccess::UserSliceReader;
 
 /// A counter or knob.
@@ -42,6 +45,15 @@ pub(crate) static RM_LOCK: Knob = Knob::new(0);
 /// CPU_CACHEABLE in version-2 page tables and whether a FORCE_BAR1 pin is
 /// possible. Read at each pin.
 pub(crate) static CPU_CACHEABLE: Knob = Knob::new(0);
+/// The pin-cost model (docs/gpusim.md, "Pin cost"): every successful
+/// `nvidia_p2p_get_pages` and `nvidia_p2p_get_pages_persistent` takes
+/// `PIN_CALL_US` microseconds plus `PIN_PAGE_NS` nanoseconds per 64 KiB
+/// page, slept with the RM lock held, as RM does its pinning work under its
+/// API lock. Module parameters `pin_call_us`/`pin_page_ns` at load, then
+/// these knobs. 0 and 0 (the default): no cost, the suite's rig.
+pub(crate) static PIN_CALL_US: Knob = Knob::new(0);
+/// See [`PIN_CALL_US`].
+pub(crate) static PIN_PAGE_NS: Knob = Knob::new(0);
 /// Calls refused because the calling thread held the RM lock (a client
 /// calling gpusim from its free callback with `rm_lock=1`).
 pub(crate) static RM_LOCK_RECURSIONS: Knob = Knob::new(0);
@@ -132,6 +144,42 @@ pub(crate) fn errno_of(knob: &Knob, default: i32) -> i32 {
     }
 }
 
+/// The module parameters `pin_call_us` and `pin_page_ns`, capped at
+/// 1000000 as the knobs (said in the log if capped).
+pub(crate) fn set_pin_cost(call_us: u64, page_ns: u64) {
+    if call_us > 1_000_000 || page_ns > 1_000_000 {
+        pr_warn!("pin_call_us and pin_page_ns are capped at 1000000 (microseconds per pin, nanoseconds per 64 KiB page)\n");
+    }
+    PIN_CALL_US.store(call_us.min(1_000_000), Relaxed);
+    PIN_PAGE_NS.store(page_ns.min(1_000_000), Relaxed);
+}
+
+/// The pin-cost model's time for one pin of `pages` 64 KiB pages (see
+/// [`PIN_CALL_US`]), with whatever lock the caller holds: busy-waited up to
+/// 2 ms (RM's pinning is CPU work, and a sleep that short overshoots by
+/// its timer slack, under TCG by far more than the model's figures),
+/// slept above that; capped at 10 s.
+pub(crate) fn pin_cost(pages: u64) {
+    let ns = PIN_CALL_US
+        .load(Relaxed)
+        .saturating_mul(1000)
+        .saturating_add(pages.saturating_mul(PIN_PAGE_NS.load(Relaxed)));
+    let us = ns.div_ceil(1000).min(10_000_000);
+    if us == 0 {
+        return;
+    }
+    if us > 2000 {
+        fsleep(Delta::from_micros(us as i64));
+        return;
+    }
+    let mut left = us;
+    while left > 0 {
+        let chunk = left.min(500);
+        udelay(Delta::from_micros(chunk as i64));
+        left -= chunk;
+    }
+}
+
 /// Sleeps `DELAY_US` microseconds (if non-zero).
 pub(crate) fn delay() {
     let us = DELAY_US.load(Relaxed);
@@ -169,6 +217,29 @@ fn parse_u64(r: &mut UserSliceReader) -> Result<u64> {
 
 fn write_any(k: &Knob, r: &mut UserSliceReader) -> Result {
     k.store(parse_u64(r)?, Relaxed);
+    Ok(())
+}
+
+/// `pin_call_us`: at most 1 s per pin (the model's "up to milliseconds"
+/// with room to spare).
+fn write_pin_call(k: &Knob, r: &mut UserSliceReader) -> Result {
+    let v = parse_u64(r)?;
+    if v > 1_000_000 {
+        pr_warn!("pin_call_us must be 0..1000000 (microseconds per pin)\n");
+        return Err(EINVAL);
+    }
+    k.store(v, Relaxed);
+    Ok(())
+}
+
+/// `pin_page_ns`: at most 1 ms per 64 KiB page.
+fn write_pin_page(k: &Knob, r: &mut UserSliceReader) -> Result {
+    let v = parse_u64(r)?;
+    if v > 1_000_000 {
+        pr_warn!("pin_page_ns must be 0..1000000 (nanoseconds per 64 KiB page)\n");
+        return Err(EINVAL);
+    }
+    k.store(v, Relaxed);
     Ok(())
 }
 
@@ -265,6 +336,8 @@ fn populate(dir: &ScopedDir<'_, '_>) {
     dir.read_write_callback_file(c"fail_errno", &FAIL_ERRNO, &show, &write_errno);
     dir.read_write_callback_file(c"rm_lock", &RM_LOCK, &show, &write_bool);
     dir.read_write_callback_file(c"cpu_cacheable", &CPU_CACHEABLE, &show, &write_bool);
+    dir.read_write_callback_file(c"pin_call_us", &PIN_CALL_US, &show, &write_pin_call);
+    dir.read_write_callback_file(c"pin_page_ns", &PIN_PAGE_NS, &show, &write_pin_page);
     dir.write_only_callback_file(c"reset_totals", &RESET_DUMMY, &write_reset);
     let fail = dir.dir(c"fail");
     for (name, e) in ENTRIES {

@@ -79,6 +79,8 @@ unsafe extern "C" fn nvidia_p2p_get_pages(
         data,
     ) {
         Ok(pt) => {
+            // The pin-cost model (0 unless asked for), under the RM lock.
+            crate::knobs::pin_cost(length / GPU_PAGE);
             // SAFETY: As above.
             unsafe { *page_table = pt };
             0
@@ -135,6 +137,7 @@ unsafe extern "C" fn nvidia_p2p_get_pages_persistent(
         ptr::null_mut(),
     ) {
         Ok(pt) => {
+            crate::knobs::pin_cost(length / GPU_PAGE);
             // SAFETY: As above.
             unsafe { *page_table = pt };
             0

@@ -119,6 +119,58 @@ static void test_delay(int tc, char *p)
 	tc_id(tc, GPUSIM_TC_FORGET, a.id, 0, &s);
 }
 
+/*
+ * The pin-cost model (docs/gpusim.md, "Pin cost"): off by default; each
+ * successful pin of either kind takes pin_call_us plus pin_page_ns per
+ * 64 KiB page; a put costs nothing; out-of-range values are refused.
+ */
+static double timed_pin(int tc, char *p, uint64_t len, uint32_t flags)
+{
+	struct gpusim_tc_req a, s;
+	double t0 = now_ms(), ms;
+
+	tc_get(tc, p, len, flags, &a);
+	ms = now_ms() - t0;
+	tc_id(tc, GPUSIM_TC_PUT, a.id, 0, &s);
+	tc_id(tc, GPUSIM_TC_FORGET, a.id, 0, &s);
+	return ms;
+}
+
+static void test_pin_cost(int tc, char *p)
+{
+	struct gpusim_tc_req a, s;
+	double ms;
+
+	ok(dbg_get("pin_call_us") == 0 && dbg_get("pin_page_ns") == 0,
+	   "pin cost off by default (pin_call_us %lld, pin_page_ns %lld)",
+	   dbg_get("pin_call_us"), dbg_get("pin_page_ns"));
+	ok(dbg_set("pin_call_us", 100000) == 0, "pin_call_us=100000 accepted");
+	ms = timed_pin(tc, p, GPU_PAGE, 0);
+	ok(ms >= 95, "pin_call_us=100000: nvidia_p2p_get_pages took %.0f ms", ms);
+	ms = timed_pin(tc, p, GPU_PAGE, GPUSIM_TC_PERSISTENT);
+	ok(ms >= 95, "pin_call_us=100000: nvidia_p2p_get_pages_persistent took %.0f ms", ms);
+	/* A put is not charged. */
+	tc_get(tc, p, GPU_PAGE, 0, &a);
+	{
+		double t0 = now_ms();
+
+		tc_id(tc, GPUSIM_TC_PUT, a.id, 0, &s);
+		ms = now_ms() - t0;
+	}
+	tc_id(tc, GPUSIM_TC_FORGET, a.id, 0, &s);
+	ok(ms < 95, "pin_call_us=100000: put_pages took %.0f ms (not charged)", ms);
+	/* Per page: 4 pages at 30 ms each, no per-call cost. */
+	dbg_set("pin_call_us", 0);
+	ok(dbg_set("pin_page_ns", 30000000) == -EINVAL, "pin_page_ns=30000000 refused (at most 1000000)");
+	ok(dbg_set("pin_page_ns", 1000000) == 0, "pin_page_ns=1000000 accepted");
+	ms = timed_pin(tc, p, 4 * GPU_PAGE, 0);
+	ok(ms >= 3.8, "pin_page_ns=1000000: a 4-page pin took %.1f ms (4 ms charged)", ms);
+	ok(dbg_set("pin_call_us", 1000001) == -EINVAL, "pin_call_us=1000001 refused (at most 1000000)");
+	dbg_set("pin_page_ns", 0);
+	ms = timed_pin(tc, p, GPU_PAGE, 0);
+	ok(ms < 95 && dbg_get("pin_call_us") == 0, "back to 0: a pin took %.1f ms", ms);
+}
+
 static void test_bad_knobs(void)
 {
 	int fd;
@@ -153,6 +205,7 @@ int main(void)
 	test_fail_dma(tc, p);
 	test_fail_alloc(fd);
 	test_delay(tc, p);
+	test_pin_cost(tc, p);
 	test_bad_knobs();
 
 	close(tc);

@@ -223,6 +223,9 @@ static void gs_defaults(void)
 	 */
 	gs_knob("rm_lock", getenv("GPUSIM_RM_LOCK") ?: "1");
 	gs_knob("fail_errno", "12");
+	/* The pin-cost model (docs/gpusim.md, "Pin cost"): off, the rig's default. */
+	gs_knob("pin_call_us", "0");
+	gs_knob("pin_page_ns", "0");
 	gs_knob("reset_totals", "1");
 }
 

@@ -14,6 +14,9 @@
  *    per-page table is over the page allocator's largest order), timed,
  *    with a GPU registration timed after it (printed, not judged); the
  *    device reads its first bytes through the mapping;
+ *  - the same 1 GiB walk, not slowed, registered by another process, with
+ *    a GPU registration timed beside it (printed, not judged; both must
+ *    succeed);
  *  - the walk classifies per physical run, not per page: the firmware's
  *    resource map is searched at most twice per run
  *    (pfn/walk_resource_lookups), not once or twice per page;
@@ -222,6 +225,72 @@ static void test_concurrent(void)
 	   "concurrent: nothing held afterwards");
 }
 
+/*
+ * The issue's measurement: a GPU registration timed beside a 1 GiB walk
+ * that is not slowed (another process registers the ring; this one
+ * registers GPU memory as soon as the walk is seen running). Printed, not
+ * judged: whether the walk is still running when the GPU registration
+ * ends depends on the machine's speed. Before the fix the GPU
+ * registration waited for the whole walk (the core's client lock).
+ */
+static long long beside_ended0;
+
+/* The walk runs, or is over already (a fast machine). */
+static int walk_begun(void)
+{
+	return walk_running() || pf("walks_ended") > beside_ended0;
+}
+
+static void test_beside(void)
+{
+	int ready[2], go[2], st = -1, e = -1, running, still;
+	struct walk_snap s0, s1;
+	struct ibv_mr *gmr;
+	struct gmem g;
+	double t0, t1, t2, t3;
+	pid_t pid;
+	char b;
+
+	if (pipe(ready) || pipe(go))
+		bail("pipe: %s", strerror(errno));
+	if (gmem_alloc(gfd, GPU_LEN, &g))
+		bail("gpusim allocation: %s", strerror(errno));
+	pid = ring_child(ready, go);
+	if (read(ready[0], &b, 1) != 1)
+		bail("the ring child failed before registering");
+	wtake(&s0);
+	beside_ended0 = s0.ended;
+	t0 = now_s();
+	if (write(go[1], "g", 1) != 1)
+		bail("the ring child is gone");
+	running = wait_for(walk_begun, 60) && walk_running();
+	t1 = now_s();
+	gmr = ibv_reg_mr(c.pd, g.p, GPU_LEN, MR_ACCESS);
+	t2 = now_s();
+	still = walk_running();
+	wtake(&s1);
+	if (read(ready[0], &e, sizeof(e)) != sizeof(e))
+		e = -1;
+	t3 = now_s();
+	waitpid(pid, &st, 0);
+	diag("beside: 1 GiB PFN ring registered in %.3f s by another process; a 256 KiB GPU registration started %.3f s into it took %.3f s (walk running when it began: %s, when it ended: %s; walks ended meanwhile %+lld)",
+	     t3 - t0, t1 - t0, t2 - t1, running ? "yes" : "no", still ? "yes" : "no",
+	     s1.ended - s0.ended);
+	ok(gmr != NULL && e == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "beside: the GPU registration beside a 1 GiB walk and the ring's registration both succeed (GPU errno %d, ring errno %d, child status %#x)",
+	   gmr ? 0 : errno, e, st);
+	if (gmr)
+		ibv_dereg_mr(gmr);
+	gmem_free(gfd, &g);
+	gmem_drop(&g);
+	close(ready[0]);
+	close(ready[1]);
+	close(go[0]);
+	close(go[1]);
+	ok(wait_for(all_idle, 10) && wait_for(pf_idle, 10) && pm_balanced(),
+	   "beside: nothing held afterwards");
+}
+
 /* A fatal signal stops the walk. */
 static void test_killed(void)
 {
@@ -318,6 +387,7 @@ int main(void)
 	   (unsigned long long)(buf_len >> 20), chunks);
 
 	test_ring();
+	test_beside();
 	test_concurrent();
 	test_killed();
 	test_limit();
