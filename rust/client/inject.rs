@@ -139,17 +139,29 @@ macro_rules! names {
 pub(crate) fn for_each(mut f: impl FnMut(Names, &'static Knob)) {
     f(names!("inject_delay_acquire_ms"), &DELAY_ACQUIRE_MS);
     f(names!("inject_delay_get_pages_ms"), &DELAY_GET_PAGES_MS);
-    f(names!("inject_delay_get_pages_inner_ms"), &DELAY_GET_PAGES_INNER_MS);
+    f(
+        names!("inject_delay_get_pages_inner_ms"),
+        &DELAY_GET_PAGES_INNER_MS,
+    );
     f(names!("inject_delay_dma_map_ms"), &DELAY_DMA_MAP_MS);
     f(names!("inject_delay_mapping_ms"), &DELAY_MAPPING_MS);
     f(names!("inject_delay_dma_unmap_ms"), &DELAY_DMA_UNMAP_MS);
     f(names!("inject_delay_put_pages_ms"), &DELAY_PUT_PAGES_MS);
     f(names!("inject_delay_unpin_ms"), &DELAY_UNPIN_MS);
     f(names!("inject_delay_release_ms"), &DELAY_RELEASE_MS);
-    f(names!("inject_delay_address_work_ms"), &DELAY_ADDRESS_WORK_MS);
-    f(names!("inject_delay_address_change_ms"), &DELAY_ADDRESS_CHANGE_MS);
+    f(
+        names!("inject_delay_address_work_ms"),
+        &DELAY_ADDRESS_WORK_MS,
+    );
+    f(
+        names!("inject_delay_address_change_ms"),
+        &DELAY_ADDRESS_CHANGE_MS,
+    );
     f(names!("inject_delay_invalidate_ms"), &DELAY_INVALIDATE_MS);
-    f(names!("inject_delay_free_callback_ms"), &DELAY_FREE_CALLBACK_MS);
+    f(
+        names!("inject_delay_free_callback_ms"),
+        &DELAY_FREE_CALLBACK_MS,
+    );
     f(names!("inject_delay_teardown_ms"), &DELAY_TEARDOWN_MS);
     f(names!("inject_delay_pfn_walk_ms"), &DELAY_PFN_WALK_MS);
 }
