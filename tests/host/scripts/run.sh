@@ -185,6 +185,9 @@ expect_clean_error "scripts/vm.sh --accel bogus" "accel" scripts/vm.sh --accel b
 expect_clean_error "scripts/vm.sh --frobnicate" "unknown option" scripts/vm.sh --frobnicate
 expect_clean_error "tests/run-all.sh --only nosucharea" "nosucharea" tests/run-all.sh --only nosucharea
 expect_clean_error "scripts/demo.sh --frobnicate" "unknown argument" scripts/demo.sh --frobnicate
+expect_clean_error "scripts/soak.sh --kernel bogus" "--kernel wants debug or plain" scripts/soak.sh --kernel bogus
+expect_clean_error "scripts/soak.sh --kernel plain --kdir DIR" "exclude each other" scripts/soak.sh --kernel plain --kdir "$tmp/notakernel"
+expect_clean_error "scripts/soak.sh --kdir with no kernel built there" "no built rig kernel" scripts/soak.sh --kdir "$tmp/notakernel"
 
 # --- 2. the VM runner fails when it must ------------------------------------
 fix=$PEERMEM_ROOT/tests/vm/fixtures
