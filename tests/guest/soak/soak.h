@@ -70,6 +70,10 @@ struct soak_shared {
 	atomic_llong pfn_started;	/* PFN rounds begun: every other one on the BAR */
 	atomic_int stop;
 	long long target;
+	/* The seed each worker process started with (the first SOAK_SEEDS). */
+#define SOAK_SEEDS 16384
+	atomic_int nseeds;
+	uint32_t seeds[SOAK_SEEDS];
 	char last_error[256];
 	atomic_int error_lock;
 };
@@ -504,7 +508,10 @@ static int worker_process(int id, uint32_t seed)
 	pthread_t t[2];
 	int fd = open("/dev/gpusim", O_RDWR);
 	int pfd = soak_pfn ? open(PFNMAP_DEV, O_RDWR) : -1;
+	int si = atomic_fetch_add(&S->nseeds, 1);
 
+	if (si < SOAK_SEEDS)
+		S->seeds[si] = seed;
 	if (fd < 0 || (soak_pfn && pfd < 0)) {
 		soak_error("worker %d: open /dev/gpusim or the exporter: %s", id, strerror(errno));
 		return 1;
@@ -639,6 +646,29 @@ static void soak_knobs(const struct soak_opts *o, uint32_t *seed, char *desc, si
 	}
 	snprintf(desc, dlen, "gpusim delay_us=%s%s%s", d, k >= 0 ? ", peermem " : "",
 		 k >= 0 ? pmk[k] : "");
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* How many worker processes started with a seed another one had already. */
+static int soak_seed_repeats(int *n)
+{
+	static uint32_t v[SOAK_SEEDS];
+	int r = 0;
+
+	*n = atomic_load(&S->nseeds);
+	if (*n > SOAK_SEEDS)
+		*n = SOAK_SEEDS;
+	memcpy(v, S->seeds, *n * sizeof(v[0]));
+	qsort(v, *n, sizeof(v[0]), cmp_u32);
+	for (int i = 1; i < *n; i++)
+		r += v[i] == v[i - 1];
+	return r;
 }
 
 static int soak_main(const struct soak_opts *o)
@@ -800,6 +830,32 @@ static int soak_main(const struct soak_opts *o)
 	ok(atomic_load(&S->unexpected) == 0, "%s: no unexpected failure (%lld)", o->client,
 	   (long long)atomic_load(&S->unexpected));
 	ok(crashes == 0, "%s: no worker process died (%d)", o->client, crashes);
+	{
+		/*
+		 * The rounds are random only if no two worker processes run the
+		 * same sequence: each starts with its own seed (a process that
+		 * replays another's sequence, or its predecessor's after an
+		 * exit round, repeats the same rounds), and with enough rounds
+		 * every teardown is chosen (at random each is 1 in T_N; a
+		 * quarter of that is required from 40 rounds a kind on).
+		 */
+		int nseeds, rep = soak_seed_repeats(&nseeds), rare = -1;
+		long long r = atomic_load(&S->rounds), least = -1;
+
+		for (int t = 0; t < T_N; t++)
+			if (least < 0 || atomic_load(&S->teardown[t]) < least) {
+				least = atomic_load(&S->teardown[t]);
+				rare = t;
+			}
+		ok(rep == 0, "%s: every worker process started with its own seed (%d started, %d repeated one)",
+		   o->client, nseeds, rep);
+		if (r >= 40 * T_N)
+			ok(least * T_N * 4 >= r,
+			   "%s: every teardown was chosen at least a quarter of 1 in %d of %lld rounds (the rarest, %s: %lld)",
+			   o->client, T_N, r, tname[rare], least);
+		else
+			skip("%s: too few rounds (%lld) to require every teardown a share", o->client, r);
+	}
 	if (soak_revokes_on_unmap)
 		ok(atomic_load(&S->revoke_late) == 0,
 		   "%s: every munmap/mremap/MAP_FIXED revoked the MR within 10 s (%lld of %lld late)",
