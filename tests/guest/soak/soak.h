@@ -735,10 +735,18 @@ static int soak_main(const struct soak_opts *o)
 			S->target = o->rounds;
 		atomic_store(&S->stop, 0);
 		for (int p = 0; p < o->procs && p < 64; p++) {
+			/*
+			 * The worker's seed is drawn here, in the parent: drawn
+			 * in the child, it left the parent's seed where it was,
+			 * and every worker of an epoch (and every replacement
+			 * after an exit round) ran the same rounds again.
+			 */
+			uint32_t ws = rnd(&seed);
+
 			fflush(stdout);
 			pids[p] = fork();
 			if (pids[p] == 0)
-				_exit(worker_process(p, rnd(&seed)));
+				_exit(worker_process(p, ws));
 			live += pids[p] > 0;
 		}
 		while (live) {
@@ -760,10 +768,12 @@ static int soak_main(const struct soak_opts *o)
 				/* A process that exited mid-epoch (T_EXIT) is replaced. */
 				if (p < o->procs && !atomic_load(&S->stop) &&
 				    atomic_load(&S->rounds) < S->target) {
+					uint32_t ws = rnd(&seed);
+
 					fflush(stdout);
 					pids[p] = fork();
 					if (pids[p] == 0)
-						_exit(worker_process(p, rnd(&seed)));
+						_exit(worker_process(p, ws));
 					live += pids[p] > 0;
 				}
 				continue;
