@@ -604,43 +604,42 @@ static void outcome(const struct tally *t, enum cause ca, enum phase ph, char *b
 {
 	size_t o = 0;
 
-#define ADD(...) (o += snprintf(buf + o, o < n ? n - o : 0, __VA_ARGS__))
+#define ADD(...) (o += snprintf(buf + o, o < n ? n - o : 0, o ? ", " : ""), \
+		  o += snprintf(buf + o, o < n ? n - o : 0, __VA_ARGS__))
 	buf[0] = 0;
 	if (ph < UNMAP && ph != LIVE) {
 		if (t->reg_err[0])
-			ADD("EFAULT %d ", t->reg_err[0]);
+			ADD("EFAULT %d", t->reg_err[0]);
 		if (t->reg_err[1])
-			ADD("EINVAL %d ", t->reg_err[1]);
+			ADD("EINVAL %d", t->reg_err[1]);
 		if (t->reg_err[2])
-			ADD("ENOMEM %d ", t->reg_err[2]);
+			ADD("ENOMEM %d", t->reg_err[2]);
 		if (t->reg_err[3])
-			ADD("other errno %d ", t->reg_err[3]);
+			ADD("other errno %d", t->reg_err[3]);
 		if (t->reg_ok)
-			ADD("reg %d ", t->reg_ok);
+			ADD("reg %d", t->reg_ok);
 	}
 	if (ph == LIVE && ca != EXIT)
-		ADD("reg ");
+		ADD("reg");
 	if (ph >= UNMAP && ca != EXIT)
-		ADD("dereg ");
+		ADD("dereg");
 	if (ca == EXIT)
-		ADD("exit ");
+		ADD("exit");
 	if (t->told)
-		ADD("told the core %d ", t->told);
+		ADD("told the core %d", t->told);
 	if (t->write_refused)
-		ADD("WRITE refused %d ", t->write_refused);
+		ADD("WRITE refused %d", t->write_refused);
 	if (t->write_landed)
-		ADD("WRITE landed %d%s ", t->write_landed,
+		ADD("WRITE landed %d%s", t->write_landed,
 		    t->write_landed_freed ? " (in freed GPU memory)" : "");
 	if (ca == UNLOAD)
-		ADD("rmmod: went %d, busy %d%s ", t->rmmod_ok, t->rmmod_busy,
+		ADD("rmmod went %d, busy %d%s", t->rmmod_ok, t->rmmod_busy,
 		    t->rmmod_err ? ", failed" : "");
 	if (t->nv_msgs)
-		ADD("nvidia-peermem ERROR lines %d ", t->nv_msgs);
+		ADD("nvidia-peermem ERROR lines %d", t->nv_msgs);
 	if (t->inside != t->landed)
-		ADD("waited %d ", t->landed - t->inside);
+		ADD("waited %d", t->landed - t->inside);
 #undef ADD
-	if (o > 0 && o < n && buf[o - 1] == ' ')
-		buf[o - 1] = 0;
 }
 
 int main(void)
