@@ -43,7 +43,7 @@
  * never serves a registration while nv_mem is there).
  *
  * Each round records what happened rather than peermem's promise, since
- * nvidia-peermem's known defects (docs/module.md, docs/testing.md) are
+ * nvidia-peermem's known defects (docs/testing.md: t_free_window, the soak) are
  * expected here: the registration's result (ok or its errno); for a
  * registered MR, whether the core was told (its invalidated count moved)
  * and what an RDMA WRITE after the cause did (refused, or landed: in the
