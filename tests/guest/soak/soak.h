@@ -573,6 +573,21 @@ static int soak_load(const struct soak_opts *o)
 			return -1;
 	}
 	gs_defaults();
+	/*
+	 * gpusim's RM lock (on by gs_defaults, as NVIDIA's driver holds RM's
+	 * lock) makes lockdep report nvidia-peermem's mapping-lock/RM cycle
+	 * at the first free that races a registration (its free callback
+	 * invalidates under RM, its get_pages takes RM under the core's
+	 * mapping lock: x_nvpeermem_rmrace's subject), which fails the run
+	 * and turns lockdep off for the rest of it. So with lockdep
+	 * (/proc/lockdep) the soak runs nvidia-peermem without it, as
+	 * t_free_window does; without lockdep (the plain kernel) with it,
+	 * where a deadlock would show as a hang. GPUSIM_RM_LOCK overrides.
+	 */
+	gs_knob("rm_lock", getenv("GPUSIM_RM_LOCK") ?: access("/proc/lockdep", F_OK) ? "1" : "0");
+	diag("soak: nvidia-peermem with gpusim rm_lock=%lld%s", gs("rm_lock"),
+	     getenv("GPUSIM_RM_LOCK") ? " (GPUSIM_RM_LOCK)" :
+	     access("/proc/lockdep", F_OK) ? "" : " (lockdep: its RM cycle is x_nvpeermem_rmrace's)");
 	if (access("/sys/module/nvidia_peermem", F_OK) == 0 && run("rmmod nvidia_peermem"))
 		return -1;
 	snprintf(ko, sizeof(ko), "%s/tests/nvpeermem/nvidia-peermem.ko", root_dir());
