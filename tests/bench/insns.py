@@ -64,6 +64,7 @@ def main():
         sys.exit(f"{len(dumps)} dumps, {len(order)} insns-dump lines: not the same run?")
     per_side = collections.defaultdict(list)   # side -> [Counter(sym -> insns/op)]
     extra = collections.defaultdict(list)      # side -> [(blocks run/op, atomic insns/op)]
+    groups = collections.defaultdict(list)     # side -> [Counter((module, insns|blocks) -> per op)]
     for (side, nops), blocks in zip(order, dumps):
         syms = sorted(kern + mods[side])
         keys = [a for a, _ in syms]
@@ -75,6 +76,19 @@ def main():
             i = bisect.bisect_right(keys, a) - 1
             cnt[syms[i][1] if i >= 0 else "?"] += n * c / nops
         per_side[side].append(cnt)
+        grp = collections.Counter()
+        for a, n, c, _ in blocks:
+            if a < 0xffff800000000000:
+                g = "user space"
+            else:
+                i = bisect.bisect_right(keys, a) - 1
+                name = syms[i][1] if i >= 0 else "?"
+                g = name[name.rindex("[") + 1:-1] if name.endswith("]") else (
+                    "kernel: spinning (queued_spin_lock_slowpath)"
+                    if name == "queued_spin_lock_slowpath" else "kernel: the rest")
+            grp[(g, "insns")] += n * c / nops
+            grp[(g, "blocks")] += c / nops
+        groups[side].append(grp)
         blocks_run = sum(c for _, _, c, _ in blocks) / nops
         locked = sum(c * k for _, _, c, k in blocks) / nops
         extra[side].append((blocks_run, locked))
@@ -87,6 +101,12 @@ def main():
               f"(passes: {', '.join(f'{t:.0f}' for t in tots)}); blocks run per operation "
               f"{statistics.median([e[0] for e in extra[side]]):.0f}, atomic (lock-prefixed) "
               f"instructions {statistics.median([e[1] for e in extra[side]]):.0f}")
+    print("\nby module (median over the passes): instructions / blocks run, per operation")
+    for side, lst in groups.items():
+        names = sorted({g for c in lst for g, _ in c})
+        print(f"  {side}: " + "; ".join(
+            f"{g} {statistics.median([c.get((g, 'insns'), 0) for c in lst]):.0f} / "
+            f"{statistics.median([c.get((g, 'blocks'), 0) for c in lst]):.0f}" for g in names))
     if side_a in med and side_b in med:
         a, b = med[side_a], med[side_b]
         ta, tb = sum(a.values()), sum(b.values())
