@@ -59,7 +59,8 @@ def main():
             if line.startswith(("io ", "mem ", "slow ")):
                 continue
             f = line.split()
-            cur.append((int(f[0], 16), int(f[1]), int(f[2]), int(f[3]) if len(f) > 3 else 0))
+            cur.append((int(f[0], 16), int(f[1]), int(f[2]), int(f[3]) if len(f) > 3 else 0,
+                        int(f[4]) if len(f) > 4 else 0))
     if len(dumps) != len(order):
         sys.exit(f"{len(dumps)} dumps, {len(order)} insns-dump lines: not the same run?")
     per_side = collections.defaultdict(list)   # side -> [Counter(sym -> insns/op)]
@@ -69,7 +70,7 @@ def main():
         syms = sorted(kern + mods[side])
         keys = [a for a, _ in syms]
         cnt = collections.Counter()
-        for a, n, c, _ in blocks:
+        for a, n, c, _, _ in blocks:
             if a < 0xffff800000000000:
                 cnt["(user space)"] += n * c / nops
                 continue
@@ -77,7 +78,7 @@ def main():
             cnt[syms[i][1] if i >= 0 else "?"] += n * c / nops
         per_side[side].append(cnt)
         grp = collections.Counter()
-        for a, n, c, _ in blocks:
+        for a, n, c, _, _ in blocks:
             if a < 0xffff800000000000:
                 g = "user space"
             else:
@@ -89,9 +90,10 @@ def main():
             grp[(g, "insns")] += n * c / nops
             grp[(g, "blocks")] += c / nops
         groups[side].append(grp)
-        blocks_run = sum(c for _, _, c, _ in blocks) / nops
-        locked = sum(c * k for _, _, c, k in blocks) / nops
-        extra[side].append((blocks_run, locked))
+        blocks_run = sum(b[2] for b in blocks) / nops
+        locked = sum(b[2] * b[3] for b in blocks) / nops
+        flushes = sum(b[2] * b[4] for b in blocks) / nops
+        extra[side].append((blocks_run, locked, flushes))
     med = {}
     for side, lst in per_side.items():
         names = set().union(*lst)
@@ -100,7 +102,8 @@ def main():
         print(f"{side}: {statistics.median(tots):.0f} guest instructions per operation "
               f"(passes: {', '.join(f'{t:.0f}' for t in tots)}); blocks run per operation "
               f"{statistics.median([e[0] for e in extra[side]]):.0f}, atomic (lock-prefixed) "
-              f"instructions {statistics.median([e[1] for e in extra[side]]):.0f}")
+              f"instructions {statistics.median([e[1] for e in extra[side]]):.0f}, TLB-flushing "
+              f"(CR3 write, INVLPG, INVPCID) {statistics.median([e[2] for e in extra[side]]):.2f}")
     print("\nby module (median over the passes): instructions / blocks run, per operation")
     for side, lst in groups.items():
         names = sorted({g for c in lst for g, _ in c})

@@ -67,8 +67,11 @@ EXPORT int qemu_plugin_version = 2;
 
 struct block {
 	uint64_t vaddr, count;
-	/* Instructions, and of them atomic ones (a lock prefix). */
-	uint32_t ninsns, nlock;
+	/*
+	 * Instructions, and of them atomic ones (a lock prefix), and those
+	 * that flush QEMU's software TLB: a write to CR3, INVLPG, INVPCID.
+	 */
+	uint32_t ninsns, nlock, nflush;
 	struct block *next;
 };
 
@@ -165,7 +168,8 @@ static void on_dump(unsigned int vcpu, void *udata)
 			uint64_t c = __atomic_load_n(&b->count, __ATOMIC_RELAXED);
 
 			if (c)
-				fprintf(f, "%" PRIx64 " %u %" PRIu64 " %u\n", b->vaddr, b->ninsns, c, b->nlock);
+				fprintf(f, "%" PRIx64 " %u %" PRIu64 " %u %u\n", b->vaddr, b->ninsns, c, b->nlock,
+					b->nflush);
 		}
 		for (int i = 0; i < NIO; i++)
 			if (io[i].count)
@@ -234,8 +238,28 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint8_t d[3] = { 0 };
 		uint8_t p[4] = { 0 };
+		size_t len = qemu_plugin_insn_data(insn, p, sizeof(p));
 
-		qemu_plugin_insn_data(insn, p, sizeof(p));
+		/*
+		 * After any prefixes: mov %reg,%cr3 (0f 22, ModRM reg 3, mod 11),
+		 * invlpg (0f 01, ModRM reg 7, mod not 11), invpcid (66 0f 38 82).
+		 */
+		if (len >= 4 && p[0] == 0x66 && p[1] == 0x0f && p[2] == 0x38 && p[3] == 0x82)
+			b->nflush++;
+		else
+			for (size_t j = 0; j + 2 < sizeof(p); j++) {
+				if (p[j] == 0x0f && p[j + 1] == 0x22 && (p[j + 2] & 0xf8) == 0xd8) {
+					b->nflush++;
+					break;
+				}
+				if (p[j] == 0x0f && p[j + 1] == 0x01 && (p[j + 2] & 0x38) == 0x38 &&
+				    (p[j + 2] & 0xc0) != 0xc0) {
+					b->nflush++;
+					break;
+				}
+				if (p[j] != 0x66 && p[j] != 0xf2 && p[j] != 0xf3 && (p[j] & 0xf0) != 0x40)
+					break;
+			}
 		/* A lock prefix, after any of the other prefixes. */
 		for (int j = 0; j < 4; j++) {
 			if (p[j] == 0xf0) {

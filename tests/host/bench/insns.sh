@@ -38,7 +38,8 @@ insns-dump nvidia-peermem 65536 10
 ksym nvidia-peermem ffffffffa0000000 t nv_fn	[nvidia_peermem]
 P
 # Side 1: kfunc_a 5 insns x 20, pm_fn 3 x 10 (+ a user block 2 x 10);
-# side 2: kfunc_a 5 x 20, kfunc_b 4 x 10 (one of them atomic), nv_fn 1 x 10.
+# side 2: kfunc_a 5 x 20, kfunc_b 4 x 10 (one of them atomic, one a TLB
+# flush), nv_fn 1 x 10. Side 1's lines have the older four columns.
 cat >"$tmp/dumps.txt" <<'D'
 dump 0 translated 3 10
 ffffffff81000010 5 20 0
@@ -47,17 +48,17 @@ ffffffffa0000004 3 10 0
 end
 dump 1 translated 0 0
 ffffffff81000010 5 20 0
-ffffffff81000104 4 10 1
+ffffffff81000104 4 10 1 1
 ffffffffa0000000 1 10 0
 io ffffffff81000104 fed90000 3
 end
 D
 out=$(python3 "$root/tests/bench/insns.py" "$tmp/dumps.txt" "$tmp/profile.txt" "$tmp/System.map" 10 2>&1)
-grep -q '^peermem: 15 guest instructions per operation .*blocks run per operation 4, atomic (lock-prefixed) instructions 0$' <<<"$out" &&
+grep -q '^peermem: 15 guest instructions per operation .*blocks run per operation 4, atomic (lock-prefixed) instructions 0, TLB-flushing (CR3 write, INVLPG, INVPCID) 0.00$' <<<"$out" &&
 	ok "side 1: (5x20 + 3x10 + 2x10) / 10 = 15 instructions, 4 blocks per operation" ||
 	bad "side 1's totals (got: $(head -n 1 <<<"$out"))"
-grep -q '^nvidia-peermem: 15 guest instructions per operation .*blocks run per operation 4, atomic (lock-prefixed) instructions 1$' <<<"$out" &&
-	ok "side 2: (5x20 + 4x10 + 1x10) / 10 = 15 instructions, 4 blocks, 1 atomic per operation" ||
+grep -q '^nvidia-peermem: 15 guest instructions per operation .*blocks run per operation 4, atomic (lock-prefixed) instructions 1, TLB-flushing (CR3 write, INVLPG, INVPCID) 1.00$' <<<"$out" &&
+	ok "side 2: (5x20 + 4x10 + 1x10) / 10 = 15 instructions, 4 blocks, 1 atomic and 1 TLB flush per operation" ||
 	bad "side 2's totals (got: $(sed -n 2p <<<"$out"))"
 grep -Eq '^ +\+3 +3 +0  pm_fn \[peermem\]$' <<<"$out" &&
 	ok "a module's function is named from the side's ksym lines" ||
