@@ -23,6 +23,9 @@ import statistics
 import sys
 
 
+SLOW = ("div", "rdtsc", "rep-string", "pause", "cpuid/msr", "far/syscall/iret")
+
+
 def load_map(path):
     syms = []
     for line in open(path):
@@ -60,17 +63,20 @@ def main():
                 continue
             f = line.split()
             cur.append((int(f[0], 16), int(f[1]), int(f[2]), int(f[3]) if len(f) > 3 else 0,
-                        int(f[4]) if len(f) > 4 else 0))
+                        int(f[4]) if len(f) > 4 else 0,
+                        tuple(int(x) for x in f[5].split(",")) if len(f) > 5 else (0,) * 6))
     if len(dumps) != len(order):
         sys.exit(f"{len(dumps)} dumps, {len(order)} insns-dump lines: not the same run?")
     per_side = collections.defaultdict(list)   # side -> [Counter(sym -> insns/op)]
     extra = collections.defaultdict(list)      # side -> [(blocks run/op, atomic insns/op)]
     groups = collections.defaultdict(list)     # side -> [Counter((module, insns|blocks) -> per op)]
+    slows = collections.defaultdict(list)      # side -> [[per class, per op]]
+    slow_by = collections.defaultdict(list)
     for (side, nops), blocks in zip(order, dumps):
         syms = sorted(kern + mods[side])
         keys = [a for a, _ in syms]
         cnt = collections.Counter()
-        for a, n, c, _, _ in blocks:
+        for a, n, c, *_ in blocks:
             if a < 0xffff800000000000:
                 cnt["(user space)"] += n * c / nops
                 continue
@@ -78,7 +84,7 @@ def main():
             cnt[syms[i][1] if i >= 0 else "?"] += n * c / nops
         per_side[side].append(cnt)
         grp = collections.Counter()
-        for a, n, c, _, _ in blocks:
+        for a, n, c, *_ in blocks:
             if a < 0xffff800000000000:
                 g = "user space"
             else:
@@ -94,6 +100,15 @@ def main():
         locked = sum(b[2] * b[3] for b in blocks) / nops
         flushes = sum(b[2] * b[4] for b in blocks) / nops
         extra[side].append((blocks_run, locked, flushes))
+        slow = [0.0] * 6
+        for b in blocks:
+            for k in range(6):
+                slow[k] += b[2] * b[5][k] / nops
+                if b[5][k] and k in (0, 1, 4, 5):
+                    i = bisect.bisect_right(keys, b[0]) - 1
+                    who = syms[i][1] if b[0] >= 0xffff800000000000 and i >= 0 else "(user space)"
+                    slow_by[(side, SLOW[k], who)].append(b[2] * b[5][k] / nops)
+        slows[side].append(slow)
     med = {}
     for side, lst in per_side.items():
         names = set().union(*lst)
@@ -104,6 +119,14 @@ def main():
               f"{statistics.median([e[0] for e in extra[side]]):.0f}, atomic (lock-prefixed) "
               f"instructions {statistics.median([e[1] for e in extra[side]]):.0f}, TLB-flushing "
               f"(CR3 write, INVLPG, INVPCID) {statistics.median([e[2] for e in extra[side]]):.2f}")
+    if any(any(x for x in v) for l in slows.values() for v in l):
+        print("\ninstructions TCG runs through a helper or a loop, per operation (median over the passes):")
+        for side, lst in slows.items():
+            print(f"  {side}: " + ", ".join(
+                f"{SLOW[k]} {statistics.median([v[k] for v in lst]):.1f}" for k in range(6)))
+        for (side, cls, who), v in sorted(slow_by.items()):
+            if sum(v) / len(per_side[side]) >= 0.5:
+                print(f"    {side} {cls}: {sum(v) / len(per_side[side]):.1f} in {who}")
     print("\nby module (median over the passes): instructions / blocks run, per operation")
     for side, lst in groups.items():
         names = sorted({g for c in lst for g, _ in c})

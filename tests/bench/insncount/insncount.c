@@ -72,6 +72,11 @@ struct block {
 	 * that flush QEMU's software TLB: a write to CR3, INVLPG, INVPCID.
 	 */
 	uint32_t ninsns, nlock, nflush;
+	/*
+	 * Instructions QEMU runs through a helper or a loop rather than a few
+	 * host instructions, by class (see slow_class()).
+	 */
+	uint8_t nslow[6];
 	struct block *next;
 };
 
@@ -90,6 +95,10 @@ static struct io_site {
 	uint64_t pc, page, count;
 } io[NIO];
 static uint64_t io_lost, mem_accesses;
+/* mem=1: the distinct 4 KiB pages (virtual) loaded from or stored to. */
+#define NPAGES (1 << 18)
+static uint64_t *pages_seen;
+static uint64_t pages_distinct, pages_lost;
 /*
  * slow=ADDR (hex, the guest's queued_spin_lock_slowpath): who spins. Each
  * vCPU's last blocks run are kept; each entry into the block at ADDR
@@ -150,6 +159,9 @@ static void on_reset(unsigned int vcpu, void *udata)
 	memset(slow, 0, sizeof(slow));
 	io_lost = 0;
 	__atomic_store_n(&mem_accesses, 0, __ATOMIC_RELAXED);
+	if (pages_seen)
+		memset(pages_seen, 0, NPAGES * sizeof(*pages_seen));
+	pages_distinct = pages_lost = 0;
 	pthread_mutex_unlock(&lock);
 }
 
@@ -168,8 +180,9 @@ static void on_dump(unsigned int vcpu, void *udata)
 			uint64_t c = __atomic_load_n(&b->count, __ATOMIC_RELAXED);
 
 			if (c)
-				fprintf(f, "%" PRIx64 " %u %" PRIu64 " %u %u\n", b->vaddr, b->ninsns, c, b->nlock,
-					b->nflush);
+				fprintf(f, "%" PRIx64 " %u %" PRIu64 " %u %u %u,%u,%u,%u,%u,%u\n", b->vaddr,
+					b->ninsns, c, b->nlock, b->nflush, b->nslow[0], b->nslow[1],
+					b->nslow[2], b->nslow[3], b->nslow[4], b->nslow[5]);
 		}
 		for (int i = 0; i < NIO; i++)
 			if (io[i].count)
@@ -180,8 +193,9 @@ static void on_dump(unsigned int vcpu, void *udata)
 				fprintf(f, "slow %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIu64 "\n", slow[i].a1,
 					slow[i].a2, slow[i].a3, slow[i].count);
 		if (mem)
-			fprintf(f, "mem %" PRIu64 " io_lost %" PRIu64 "\n",
-				__atomic_load_n(&mem_accesses, __ATOMIC_RELAXED), io_lost);
+			fprintf(f, "mem %" PRIu64 " io_lost %" PRIu64 " pages %" PRIu64 " pages_lost %" PRIu64 "\n",
+				__atomic_load_n(&mem_accesses, __ATOMIC_RELAXED), io_lost, pages_distinct,
+				pages_lost);
 		fprintf(f, "end\n");
 		fclose(f);
 	}
@@ -196,6 +210,26 @@ static void on_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr
 
 	(void)vcpu;
 	__atomic_fetch_add(&mem_accesses, 1, __ATOMIC_RELAXED);
+	if (pages_seen) {
+		uint64_t key = (vaddr >> 12) | 1;	/* never 0: 0 is an empty slot */
+		unsigned int k = (unsigned int)(key * 0x9e3779b97f4a7c15ULL >> 46) % NPAGES;
+
+		pthread_mutex_lock(&lock);
+		for (unsigned int i = 0;; i++, k = (k + 1) % NPAGES) {
+			if (pages_seen[k] == key)
+				break;
+			if (!pages_seen[k]) {
+				pages_seen[k] = key;
+				pages_distinct++;
+				break;
+			}
+			if (i == NPAGES / 2) {
+				pages_lost++;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&lock);
+	}
 	if (!h || !qemu_plugin_hwaddr_is_io(h))
 		return;
 	page = qemu_plugin_hwaddr_phys_addr(h) & ~0xfffULL;
@@ -214,6 +248,49 @@ static void on_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr
 			io_lost++;
 	}
 	pthread_mutex_unlock(&lock);
+}
+
+/*
+ * Classes of instructions that cost TCG far more than an average one:
+ * 0 div/idiv (F7 /6, /7), 1 rdtsc/rdtscp, 2 rep string ops (one
+ * iteration per execution of the block, counted as executions), 3 pause,
+ * 4 cpuid/rdmsr/wrmsr, 5 a far call, iret, sysret, syscall, or a
+ * segment load. -1: none of them.
+ */
+static int slow_class(const uint8_t *p, size_t len)
+{
+	size_t j = 0;
+	bool rep = false;
+
+	while (j < len && (p[j] == 0x66 || p[j] == 0x67 || p[j] == 0xf2 || p[j] == 0xf3 ||
+			   p[j] == 0x2e || p[j] == 0x3e || p[j] == 0x26 || p[j] == 0x64 ||
+			   p[j] == 0x65 || p[j] == 0x36 || p[j] == 0xf0 || (p[j] & 0xf0) == 0x40)) {
+		if (p[j] == 0xf2 || p[j] == 0xf3)
+			rep = true;
+		j++;
+	}
+	if (j >= len)
+		return -1;
+	if (p[j] == 0x90 && j > 0 && p[j - 1] == 0xf3)
+		return 3;
+	if (rep && (p[j] == 0xa4 || p[j] == 0xa5 || p[j] == 0xaa || p[j] == 0xab ||
+		    p[j] == 0xa6 || p[j] == 0xa7 || p[j] == 0xae || p[j] == 0xaf))
+		return 2;
+	if ((p[j] == 0xf7 || p[j] == 0xf6) && j + 1 < len && ((p[j + 1] >> 3) & 7) >= 6)
+		return 0;
+	if (p[j] == 0xcf || p[j] == 0x9a || p[j] == 0x8e)
+		return 5;
+	if (p[j] == 0x0f && j + 1 < len) {
+		uint8_t o = p[j + 1];
+
+		if (o == 0x31 || (o == 0x01 && j + 2 < len && p[j + 2] == 0xf9))
+			return 1;
+		if (o == 0xa2 || o == 0x30 || o == 0x32)
+			return 4;
+		if (o == 0x05 || o == 0x07)
+			return 5;
+	}
+	return -1;
 }
 
 static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
@@ -237,8 +314,12 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint8_t d[3] = { 0 };
-		uint8_t p[4] = { 0 };
+		uint8_t p[8] = { 0 };
 		size_t len = qemu_plugin_insn_data(insn, p, sizeof(p));
+		int cls = slow_class(p, len);
+
+		if (cls >= 0 && b->nslow[cls] < 255)
+			b->nslow[cls]++;
 
 		/*
 		 * After any prefixes: mov %reg,%cr3 (0f 22, ModRM reg 3, mod 11),
@@ -247,7 +328,7 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		if (len >= 4 && p[0] == 0x66 && p[1] == 0x0f && p[2] == 0x38 && p[3] == 0x82)
 			b->nflush++;
 		else
-			for (size_t j = 0; j + 2 < sizeof(p); j++) {
+			for (size_t j = 0; j + 2 < 4; j++) {
 				if (p[j] == 0x0f && p[j + 1] == 0x22 && (p[j + 2] & 0xf8) == 0xd8) {
 					b->nflush++;
 					break;
@@ -286,16 +367,22 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const void *info, int argc, char **argv)
 {
 	(void)info;
-	for (int i = 0; i < argc; i++)
+	for (int i = 0; i < argc; i++) {
 		if (!strncmp(argv[i], "out=", 4))
 			out_path = argv[i] + 4;
 		else if (!strcmp(argv[i], "mem=1"))
 			mem = true;
 		else if (!strncmp(argv[i], "slow=", 5))
 			slow_addr = strtoull(argv[i] + 5, NULL, 16);
+	}
 	if (!out_path) {
 		fprintf(stderr, "insncount: out=FILE is required\n");
 		return -1;
+	}
+	if (mem) {
+		pages_seen = calloc(NPAGES, sizeof(*pages_seen));
+		if (!pages_seen)
+			return -1;
 	}
 	qemu_plugin_register_vcpu_tb_trans_cb(id, on_trans);
 	return 0;
