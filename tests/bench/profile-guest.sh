@@ -35,6 +35,8 @@
 # PROFILE_EVENT=cs: perf records every context switch (perf's software
 # event, one sample each, with call chains if CALLGRAPH): where the
 # registering thread sleeps, by kernel call chain.
+# PROFILE_GAP=S (with PROFILE_COUNTERS=1): S seconds idle between passes,
+# for a profile of QEMU on the host (the host's view of each pass).
 bench=$1 bytes=$2 n=$3 top=${4:-25} threads=${5:-1} cg=${6:-0}
 counters=${PROFILE_COUNTERS:-0}
 [ "$counters" = 1 ] || command -v perf >/dev/null || { echo "no perf on the host (Debian: linux-perf); nothing profiled"; exit 1; }
@@ -64,6 +66,9 @@ if [ "$counters" = 1 ]; then
 			grep -E '^(profile|counter|insns-dump|ksym|not ok)' | sed "s/^counter /counter pass$((pass / 3)) /"
 		[ "${PIPESTATUS[0]}" = 0 ] || exit 1
 		pass=$((pass + 1))
+		# PROFILE_GAP=S: S seconds idle after each pass, so that a profile
+		# of QEMU taken on the host shows the passes apart.
+		[ -z "${PROFILE_GAP:-}" ] || sleep "$PROFILE_GAP"
 	done
 	exit 0
 fi
