@@ -232,7 +232,7 @@ if [ "$KMEMLEAK" = 1 ]; then
 	# nobody writes (this shell holds its write end too), not `sleep`s: a
 	# fork is what takes a stack, and each exec of a program costs a
 	# second or two in the rig (eight of them, 12-17 s of every boot's end
-	# until 2026-11-27).
+	# until 2026-11-26).
 	ncpu=1
 	read -r online < /sys/devices/system/cpu/online && [[ $online =~ ^0-([0-9]+)$ ]] && ncpu=$((BASH_REMATCH[1] + 1))
 	exec {hold}<> <(:)

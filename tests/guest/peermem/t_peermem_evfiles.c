@@ -183,7 +183,7 @@ int main(void)
 	/*
 	 * At the limit: one user, the limit and 100 more opens (without a
 	 * limit: all 40000; the old table's growth then WARNs at about 32k
-	 * files). 1000 more, at the default limit, until 2026-11-27: a
+	 * files). 1000 more, at the default limit, until 2026-11-26: a
 	 * refused open costs as much time.
 	 */
 	lim = files_per_user();
@@ -221,7 +221,7 @@ int main(void)
 			bail("cannot set up an RC loopback on " RXE_DEV);
 		/*
 		 * To a time budget (EVFILES_SECONDS, default 10; 30 and 4096
-		 * files until 2026-11-26, 20 until 2026-11-27, cut for CI's
+		 * files until 2026-11-26, then 20, cut for CI's
 		 * time): all 40000 where
 		 * the machine allows, and at least MIN_FILES (twice the
 		 * default limit) whatever its speed.

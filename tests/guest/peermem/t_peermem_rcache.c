@@ -13,7 +13,7 @@
  * leave the new memory unchanged) and read back. The number of events the
  * cache drained equals the number of cached MRs revoked.
  *
- * The loop runs to a time budget, not a count: RCACHE_SECONDS (default 20; 30 until 2026-11-27)
+ * The loop runs to a time budget, not a count: RCACHE_SECONDS (default 20; 30 until 2026-11-26)
  * of rounds, at least RCACHE_MIN_ROUNDS (default 200: each way of replacing
  * memory about 25 times, reached in about 30 s on one core of a loaded
  * machine) and at most RCACHE_ROUNDS (default 2000). The checks scale with

@@ -21,7 +21,7 @@
  * error; deregistration succeeds. At the end nothing is left.
  *
  * Bounded by time, not rounds (the rig may be slow): RMRACE_SECONDS
- * (default 30; 45 until 2026-11-27) split between the clients and phases; each phase must
+ * (default 30; 45 until 2026-11-26) split between the clients and phases; each phase must
  * reach RMRACE_MIN_ROUNDS (default 8) rounds per client.
  */
 #include "peermem_test.h"

@@ -192,7 +192,7 @@ static void test_concurrent(void)
 	/*
 	 * 64 batches of 16 MiB, 100 ms each: a walk of 6.4 s at least, where
 	 * the GPU registration takes 0.05-0.2 s (250 ms and 16 s until
-	 * 2026-11-27; the knob is read when a walk starts).
+	 * 2026-11-26; the knob is read when a walk starts).
 	 */
 	if (write_str(PMDBG "inject_delay_pfn_walk_ms", "100"))
 		bail("cannot set inject_delay_pfn_walk_ms");

@@ -6,7 +6,7 @@
 # $PEERMEM_RESULTS/bench_pfnmap.raw) turned into JSON (`report.py results`:
 # the "pfnmap" block, the summary of its four figures, the per-round ratio)
 # and a table (`report.py table`: the PFN table and its ratio line). Until
-# 2026-11-27 the guest smoke ran this in the rig, where a Python start and
+# 2026-11-26 the guest smoke ran this in the rig, where a Python start and
 # report.py's compilation cost 30 s of CI's time (issue 27). The guest
 # smoke checks that bench_pfnmap still prints the lines read here. No VM;
 # prints TAP.

@@ -69,7 +69,7 @@ kdir=${KDIR:-}
 # Part 2's one boot of the rig (every way a test can fail, in one run) starts
 # here, in the background, and is checked at the end: its boot and its
 # tests' waits (t_hang, t_slow) overlap the checks on the stand-in QEMU
-# (until 2026-11-27 it booted after them; issue 27).
+# (until 2026-11-26 it booted after them; issue 27).
 fix=$PEERMEM_ROOT/tests/vm/fixtures
 real_pid=
 if [ "${PEERMEM_SCRIPTS_NO_VM:-0}" != 1 ] && [ -n "$kdir" ] && [ -f "$kdir/arch/x86/boot/bzImage" ]; then
@@ -304,7 +304,7 @@ show_on_fail "$f0"
 
 # A kernel Oops stops the run at once (not at its per-test limit), names
 # the test that was running and fails the tests that never ran. (The
-# console a real Oops prints, on the stand-in: until 2026-11-27 a boot of
+# console a real Oops prints, on the stand-in: until 2026-11-26 a boot of
 # its own beside the failure run, which at half speed took the CPU the
 # failure run needed.)
 f0=$nfail
