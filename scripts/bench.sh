@@ -218,6 +218,10 @@ for f in tests/gpusim/gpusim.ko tests/gpusim/testclient/gpusim_testclient.ko pee
 done
 
 vmargs=(--kdir "$kdir" --mem "$mem" --no-kmemleak --test-timeout 7200)
+# BENCH_SMP=N: the guest's vCPUs (default 2), an experiment (issue 26: the
+# second vCPU's work against the first on a loaded host); recorded in the
+# results (guest_smp).
+[ -n "${BENCH_SMP:-}" ] && vmargs+=(--smp "$BENCH_SMP")
 [ -n "$append" ] && vmargs+=(--append "${append# }")
 mods="GPUSIM_KO=$tree/tests/gpusim/gpusim.ko"
 mods+=" TESTCLIENT_KO=$tree/tests/gpusim/testclient/gpusim_testclient.ko"
@@ -235,7 +239,7 @@ if [ -n "$profile" ]; then
 		[ "$prof_t" = 1 ] || pf=$out/profile-${prof_mib}M-${prof_t}threads.txt
 	fi
 	rc=0
-	scripts/vm.sh "${vmargs[@]}" --cmd "$mods PROFILE_CHUNKS=${PROFILE_CHUNKS:-1} bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $prof_bytes $prof_n 25 $prof_t $callgraph" \
+	scripts/vm.sh "${vmargs[@]}" --cmd "$mods PROFILE_CHUNKS=${PROFILE_CHUNKS:-1} PROFILE_COUNTERS=${PROFILE_COUNTERS:-0} PROFILE_EVENT=${PROFILE_EVENT:-} PROFILE_GAP=${PROFILE_GAP:-} BENCH_PROF_UMEM=${BENCH_PROF_UMEM:-0} BENCH_PROF_INSNS=${BENCH_PROF_INSNS:-0} BENCH_PM_RM_LOCK=${BENCH_PM_RM_LOCK:-1} BENCH_PM_ARGS='${BENCH_PM_ARGS:-}' bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $prof_bytes $prof_n 25 $prof_t $callgraph" \
 		>"$pf.tmp" 2>"$work/vm.log" || rc=$?
 	{ echo "# scripts/bench.sh --profile $profile$([ "$callgraph" = 1 ] && echo ' --callgraph')${append:+ --append '${append# }'}: $kvariant kernel $(basename "$kdir"), commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ)"; cat "$pf.tmp"; } > "$pf"
 	rm -f "$pf.tmp"
@@ -323,7 +327,7 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
 	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
 	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
-	--meta "guest_append=${append# }" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" --meta "nv_rm_lock=${BENCH_NV_RM_LOCK:-0}" --meta "warm=${BENCH_WARM:-0}" --meta "pm_args=${BENCH_PM_ARGS:-}" \
+	--meta "guest_append=${append# }" --meta "guest_smp=${BENCH_SMP:-2}" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" --meta "nv_rm_lock=${BENCH_NV_RM_LOCK:-0}" --meta "warm=${BENCH_WARM:-0}" --meta "pm_args=${BENCH_PM_ARGS:-}" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
 	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" \

@@ -232,6 +232,9 @@ qemu=(qemu-system-x86_64 "${accel_args[@]}" -smp "$smp" -m "$mem"
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap
 	-virtfs "local,path=$res,mount_tag=peermem-results,security_model=none,multidevs=remap"
 	-kernel "$bzimage" -append "$append")
+# PEERMEM_QEMU_PLUGIN=SO[,ARGS]: a TCG plugin for measurements
+# (tests/bench/insncount: guest instructions between two markers).
+[ -n "${PEERMEM_QEMU_PLUGIN:-}" ] && qemu+=(-plugin "$PEERMEM_QEMU_PLUGIN")
 
 # --- TAP output ----------------------------------------------------------
 tapn=0 npass=0 nfail=0 nskip=0

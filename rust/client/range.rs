@@ -80,44 +80,52 @@ impl GpuRange {
     }
 
     /// The first byte of the range, as given.
+    #[inline]
     pub(crate) fn addr(&self) -> u64 {
         self.addr
     }
 
     /// The length of the range, as given.
+    #[inline]
     pub(crate) fn len(&self) -> u64 {
         self.len
     }
 
     /// One past the last byte of the range.
+    #[inline]
     pub(crate) fn end(&self) -> u64 {
         // No overflow: type invariant.
         self.addr + self.len
     }
 
     /// Start of the first GPU page: `addr` rounded down to 64 KiB.
+    #[inline]
     pub(crate) fn aligned_start(&self) -> u64 {
         self.addr & !GPU_PAGE_MASK
     }
 
     /// End of the last GPU page (exclusive): `addr + len` rounded up to 64 KiB.
+    #[inline]
     pub(crate) fn aligned_end(&self) -> u64 {
         // No overflow: type invariant.
         (self.end() + GPU_PAGE_MASK) & !GPU_PAGE_MASK
     }
 
     /// Length of the GPU-page span, a multiple of 64 KiB.
+    #[inline]
     pub(crate) fn aligned_len(&self) -> u64 {
         self.aligned_end() - self.aligned_start()
     }
 
     /// Number of GPU pages the range touches.
+    #[inline]
     pub(crate) fn page_count(&self) -> u32 {
         // At most MAX_RANGE_LEN / GPU_PAGE_SIZE + 1 = 2^24 + 1: fits.
         (self.aligned_len() >> GPU_PAGE_SHIFT) as u32
     }
 
     /// Offset of `addr` within its GPU page.
+    #[inline]
     pub(crate) fn offset_in_first_page(&self) -> u64 {
         self.addr & GPU_PAGE_MASK
     }
@@ -199,15 +207,18 @@ impl SegmentLimits {
     }
 
     /// The page size.
+    #[inline]
     pub(crate) fn page_size(&self) -> u64 {
         self.page_size
     }
 
     /// The largest segment length, a multiple of the page size.
+    #[inline]
     pub(crate) fn max_len(&self) -> u64 {
         self.max_len
     }
 
+    #[inline]
     fn check_page(&self, page: u64) -> Result<(), CoalesceError> {
         if page & (self.page_size - 1) != 0 || page.checked_add(self.page_size - 1).is_none() {
             return Err(CoalesceError::BadPage(page));
@@ -216,6 +227,7 @@ impl SegmentLimits {
     }
 
     /// Whether a segment `[start, start + len)` can take the page at `page` as its next one.
+    #[inline]
     fn can_extend(&self, start: u64, len: u64, page: u64) -> bool {
         let Some(last_byte) = page.checked_add(self.page_size - 1) else {
             return false;

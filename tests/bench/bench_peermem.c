@@ -46,6 +46,8 @@
  * guest's init; required), GPUSIM_KO, TESTCLIENT_KO, PEERMEM_KO,
  * NVPEERMEM_KO (default: the builds in $PEERMEM_ROOT).
  */
+#include <ctype.h>
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -361,7 +363,8 @@ static void fig_pincost(int s, int round)
 static void fig_latency(int s, int round)
 {
 	size_t sizes[] = { 64 * 1024, 2 * MIB, 64 * MIB, large };
-	int nsz = smoke ? 3 : 4;
+	/* The smoke: the figure, at its two small sizes (CI's time). */
+	int nsz = smoke ? 2 : 4;
 	char ps[24];
 
 	for (int i = 0; i < nsz; i++) {
@@ -1032,7 +1035,8 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 	size_str(len, ps, sizeof(ps));
 	if (mem_detail)
 		runs0 = gs("dma_runs_mapped");
-	meminfo(&a, 300);
+	/* The smoke does not judge the figures: a shorter settle (CI's time). */
+	meminfo(&a, smoke ? 30 : 300);
 	if (mem_detail)
 		snapshot(&sa);
 	for (int i = 0; i < n; i++) {
@@ -1046,7 +1050,7 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 		if (ufd[i] < 0 || umem_get(ufd[i], RXE_DEV, p, len, "mr"))
 			bail("%s: umem_test of %zu bytes failed", side_name[s], len);
 	}
-	meminfo(&b, 300);
+	meminfo(&b, smoke ? 30 : 300);
 	if (mem_detail) {
 		snapshot(&sb);
 		snap_diff(&sa, &sb, core_only ? "core_kmem_per_reg_bytes" : "kmem_per_reg_bytes",
@@ -1062,7 +1066,7 @@ static void fig_memory(int s, int round, size_t len, int n, int core_only)
 		else
 			dereg_or_bail(s, &r[i]);
 	}
-	meminfo(&e, 300);
+	meminfo(&e, smoke ? 30 : 300);
 	sample(core_only ? "core_kmem_per_reg_bytes" : "kmem_per_reg_bytes", ps, s, round,
 	       (double)(a.free - b.free) / n);
 	sample(core_only ? "core_slab_per_reg_bytes" : "slab_per_reg_bytes", ps, s, round,
@@ -1087,6 +1091,8 @@ static void fig_sg(int s, int round)
 {
 	struct gmem *gm[2] = { &gcontig, &gfrag };
 	const char *what[2] = { "contig", "64K" };
+	/* The smoke registers 8 MiB of each (the figure is per GiB; CI's time). */
+	size_t len = smoke ? 8 * MIB : SG_LEN;
 
 	for (int i = 0; i < 2; i++) {
 		struct peer_stats p0, p1;
@@ -1096,9 +1102,9 @@ static void fig_sg(int s, int round)
 
 		if (s != S_FLOOR && peer_stats("nv_mem", &p0))
 			bail("no core counters for nv_mem");
-		reg_or_bail(s, gm[i]->p, SG_LEN, &r);
+		reg_or_bail(s, gm[i]->p, len, &r);
 		sample("source_dma_runs_per_gib", what[i], s, round,
-		       (gs("dma_runs_mapped") - runs0) * (double)(1024 * MIB / SG_LEN));
+		       (gs("dma_runs_mapped") - runs0) * (double)(1024 * MIB / len));
 		if (s != S_FLOOR) {
 			peer_stats("nv_mem", &p1);
 			v = p1.reg_pages - p0.reg_pages;
@@ -1106,11 +1112,11 @@ static void fig_sg(int s, int round)
 			/* What the device can take: runs split at its segment limits. */
 			v = r.q.dma_segs;
 			sample("source_phys_runs_per_gib", what[i], s, round,
-			       r.q.runs * (double)(1024 * MIB / SG_LEN));
+			       r.q.runs * (double)(1024 * MIB / len));
 			sample("source_dma_entries_per_gib", what[i], s, round,
-			       r.q.dma_entries * (double)(1024 * MIB / SG_LEN));
+			       r.q.dma_entries * (double)(1024 * MIB / len));
 		}
-		sample("sg_entries_per_gib", what[i], s, round, v * (1024 * MIB / SG_LEN));
+		sample("sg_entries_per_gib", what[i], s, round, v * (1024 * MIB / len));
 		dereg_or_bail(s, &r);
 	}
 }
@@ -1215,9 +1221,9 @@ static void run_side(int s, int round)
 	 */
 memory:
 	fig_memory(s, round, 2 * MIB, smoke ? 4 : (int)(large / (2 * MIB)), 0);
-	fig_memory(s, round, large, smoke ? 2 : 4, 0);
+	fig_memory(s, round, large, smoke ? 1 : 4, 0);
 	fig_memory(s, round, 2 * MIB, smoke ? 4 : (int)(large / (2 * MIB)), 1);
-	fig_memory(s, round, large, smoke ? 2 : 4, 1);
+	fig_memory(s, round, large, smoke ? 1 : 4, 1);
 sg:
 	if (!mem_detail && want("sg"))
 		fig_sg(s, round);
@@ -1279,6 +1285,180 @@ static void prof_free_loop(int s, int n, int ctl)
 	tmp.n = n;
 	printf("profile %s free: %d GPUSIM_IOC_FREE of 4 MiB under %d MRs, median %.3f ms, sum %.3f s (perf enabled around the frees only)\n",
 	       side_name[s], n, NFREE_MRS, median(&tmp) * 1e3, sum);
+}
+
+/*
+ * BENCH_PROF_COUNTERS=1 (--profile, registrations): the kernel's own
+ * counters around the loop, per reg+dereg: this thread's CPU time and
+ * context switches (getrusage: a voluntary switch is a sleep: a mutex, a
+ * completion, a flush, a grace period), the whole guest's busy CPU time
+ * (/proc/stat: work done beside the thread, on the other vCPU), and every
+ * row of /proc/softirqs and /proc/interrupts summed over the CPUs (RCU
+ * softirqs, IPIs: TLB shootdowns, function calls, rescheduling). A CPU
+ * profile cannot see a sleep; these can, without a tracer (the benchmark
+ * kernel has no ftrace, kprobes or BPF).
+ */
+#define NCROWS 96
+struct crow {
+	char name[24];
+	double v;
+};
+#define NCTASKS 1024
+struct ctask {
+	int tid;
+	char comm[20];
+	double ticks;
+};
+struct csnap {
+	double wall, utime, stime, nvcsw, nivcsw, busy, idle;
+	int n, nt;
+	struct crow row[NCROWS];
+	struct ctask task[NCTASKS];
+};
+
+/* Every task's CPU ticks (utime + stime of /proc/PID/task/TID/stat). */
+static void csnap_tasks(struct csnap *c)
+{
+	DIR *pd = opendir("/proc");
+	struct dirent *pe;
+
+	if (!pd)
+		return;
+	while ((pe = readdir(pd)) && c->nt < NCTASKS) {
+		char path[600];
+		DIR *td;
+		struct dirent *te;
+
+		if (!isdigit((unsigned char)pe->d_name[0]))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/task", pe->d_name);
+		td = opendir(path);
+		if (!td)
+			continue;
+		while ((te = readdir(td)) && c->nt < NCTASKS) {
+			char buf[1024], *rp;
+			unsigned long long ut, st;
+			FILE *f;
+			int ok;
+
+			if (!isdigit((unsigned char)te->d_name[0]))
+				continue;
+			snprintf(path, sizeof(path), "/proc/%s/task/%s/stat", pe->d_name, te->d_name);
+			f = fopen(path, "r");
+			if (!f)
+				continue;
+			ok = fgets(buf, sizeof(buf), f) != NULL;
+			fclose(f);
+			rp = ok ? strrchr(buf, ')') : NULL;
+			/* After "(comm)": state, then fields 4..13, then utime, stime. */
+			if (!rp || sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+				continue;
+			c->task[c->nt].tid = atoi(te->d_name);
+			*rp = 0;
+			snprintf(c->task[c->nt].comm, sizeof(c->task[c->nt].comm), "%s", strchr(buf, '(') + 1);
+			c->task[c->nt].ticks = ut + st;
+			c->nt++;
+		}
+		closedir(td);
+	}
+	closedir(pd);
+}
+
+static void csnap_rows(struct csnap *c, const char *path, const char *prefix)
+{
+	char line[4096];
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f) && c->n < NCROWS) {
+		char *tok, *save = NULL, name[24];
+		double sum = 0;
+		int any = 0, k;
+
+		tok = strtok_r(line, " \t\n", &save);
+		if (!tok || tok[strlen(tok) - 1] != ':')
+			continue;
+		tok[strlen(tok) - 1] = 0;
+		/* Device interrupt lines (numbered) are summed into one row. */
+		snprintf(name, sizeof(name), "%s%s", prefix,
+			 isdigit((unsigned char)tok[0]) ? "dev-irqs" : tok);
+		while ((tok = strtok_r(NULL, " \t\n", &save)) && isdigit((unsigned char)tok[0])) {
+			sum += strtod(tok, NULL);
+			any = 1;
+		}
+		if (!any)
+			continue;
+		for (k = 0; k < c->n && strcmp(c->row[k].name, name); k++)
+			;
+		if (k == c->n) {
+			snprintf(c->row[k].name, sizeof(c->row[k].name), "%s", name);
+			c->row[k].v = 0;
+			c->n++;
+		}
+		c->row[k].v += sum;
+	}
+	fclose(f);
+}
+
+static void csnap_take(struct csnap *c)
+{
+	struct rusage ru;
+	unsigned long long v[10] = { 0 };
+	FILE *f;
+
+	memset(c, 0, sizeof(*c));
+	csnap_tasks(c);
+	csnap_rows(c, "/proc/softirqs", "softirq ");
+	csnap_rows(c, "/proc/interrupts", "irq ");
+	f = fopen("/proc/stat", "r");
+	if (f) {
+		if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu",
+			   &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
+			memset(v, 0, sizeof(v));
+		fclose(f);
+	}
+	c->busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / sysconf(_SC_CLK_TCK);
+	c->idle = (double)(v[3] + v[4]) / sysconf(_SC_CLK_TCK);
+	getrusage(RUSAGE_SELF, &ru);
+	c->utime = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6;
+	c->stime = ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+	c->nvcsw = ru.ru_nvcsw;
+	c->nivcsw = ru.ru_nivcsw;
+	c->wall = now_s();
+}
+
+static void csnap_print(int s, const struct csnap *a, const struct csnap *b, int n)
+{
+	const char *side = side_name[s];
+
+	printf("counter %s wall_us %.2f\n", side, (b->wall - a->wall) * 1e6 / n);
+	printf("counter %s thread_cpu_us %.2f\n", side, (b->utime + b->stime - a->utime - a->stime) * 1e6 / n);
+	printf("counter %s thread_sys_us %.2f\n", side, (b->stime - a->stime) * 1e6 / n);
+	printf("counter %s voluntary_switches %.4f\n", side, (b->nvcsw - a->nvcsw) / n);
+	printf("counter %s involuntary_switches %.4f\n", side, (b->nivcsw - a->nivcsw) / n);
+	printf("counter %s guest_busy_us %.2f\n", side, (b->busy - a->busy) * 1e6 / n);
+	printf("counter %s guest_idle_us %.2f\n", side, (b->idle - a->idle) * 1e6 / n);
+	for (int k = 0; k < b->n; k++) {
+		double before = 0;
+
+		for (int j = 0; j < a->n; j++)
+			if (!strcmp(a->row[j].name, b->row[k].name))
+				before = a->row[j].v;
+		if (b->row[k].v != before)
+			printf("counter %s %s %.4f\n", side, b->row[k].name, (b->row[k].v - before) / n);
+	}
+	/* The tasks that took CPU during the loop (ticks of 1/CLK_TCK s). */
+	for (int k = 0; k < b->nt; k++) {
+		double before = 0;
+
+		for (int j = 0; j < a->nt; j++)
+			if (a->task[j].tid == b->task[k].tid)
+				before = a->task[j].ticks;
+		if (b->task[k].ticks > before)
+			printf("counter %s task_us %s/%d %.2f\n", side, b->task[k].comm, b->task[k].tid,
+			       (b->task[k].ticks - before) * 1e6 / sysconf(_SC_CLK_TCK) / n);
+	}
 }
 
 static int idle_all(void)
@@ -1398,7 +1578,16 @@ int main(int argc, char **argv)
 			int ac = 0;
 
 			av[ac++] = "perf"; av[ac++] = "record"; av[ac++] = "-q"; av[ac++] = "-a";
-			av[ac++] = "-e"; av[ac++] = "cpu-clock"; av[ac++] = "-F"; av[ac++] = "4000";
+			/*
+			 * BENCH_PERF_EVENT=EVENT (a software event: cs): one sample
+			 * per event (-c 1) instead of the cpu-clock sampling.
+			 */
+			if (getenv("BENCH_PERF_EVENT") && *getenv("BENCH_PERF_EVENT")) {
+				av[ac++] = "-e"; av[ac++] = getenv("BENCH_PERF_EVENT");
+				av[ac++] = "-c"; av[ac++] = "1";
+			} else {
+				av[ac++] = "-e"; av[ac++] = "cpu-clock"; av[ac++] = "-F"; av[ac++] = "4000";
+			}
 			av[ac++] = "-o"; av[ac++] = perf_out;
 			if (getenv("BENCH_PERF_CALLGRAPH") && !strcmp(getenv("BENCH_PERF_CALLGRAPH"), "1"))
 				av[ac++] = "-g";
@@ -1436,9 +1625,56 @@ int main(int argc, char **argv)
 		} else if (prof_threads == 2) {	/* 2 threads, prof_n each (2 MiB) */
 			thr_run(prof_side, 2, prof_n);
 		} else {
+			int counters = getenv("BENCH_PROF_COUNTERS") &&
+				       !strcmp(getenv("BENCH_PROF_COUNTERS"), "1");
+			struct csnap ca, cb;
+
+			/*
+			 * BENCH_PROF_UMEM=1: the MR sides through the rig core's
+			 * umem_test hook (the core and the client alone, no rxe MR,
+			 * no uverbs object), as the layers figure.
+			 */
+			int umem = prof_side != S_FLOOR && getenv("BENCH_PROF_UMEM") &&
+				   !strcmp(getenv("BENCH_PROF_UMEM"), "1");
+
+			/*
+			 * BENCH_PROF_INSNS=1: the markers of the QEMU plugin
+			 * tests/bench/insncount (scripts/vm.sh PEERMEM_QEMU_PLUGIN):
+			 * "xchg %r13,%r13" zeroes its counts of executed guest
+			 * instructions, "xchg %r14,%r14" writes them out; the
+			 * loop's instructions, every vCPU's, whatever the host's
+			 * load. The modules' symbols follow ("ksym" lines).
+			 */
+			int insns = getenv("BENCH_PROF_INSNS") && !strcmp(getenv("BENCH_PROF_INSNS"), "1");
+
+			if (counters)
+				csnap_take(&ca);
+			if (insns)
+				__asm__ volatile(".byte 0x4d, 0x87, 0xed" ::: "memory");
 			for (int k = 0; k < prof_n; k++) {
+				if (umem) {
+					int fd = open(UMEM_TEST, O_RDWR), e;
+
+					if (fd < 0)
+						bail("cannot open " UMEM_TEST ": %s", strerror(errno));
+					e = umem_get(fd, RXE_DEV, gbig.p, prof_len, "mr");
+					close(fd);
+					if (e)
+						bail("%s: umem_test: %s", side_name[prof_side], strerror(-e));
+					continue;
+				}
 				reg_or_bail(prof_side, gbig.p, prof_len, &r);
 				dereg_or_bail(prof_side, &r);
+			}
+			if (insns) {
+				__asm__ volatile(".byte 0x4d, 0x87, 0xf6" ::: "memory");
+				printf("insns-dump %s %zu %d\n", side_name[prof_side], prof_len, prof_n);
+				fflush(stdout);
+				run("grep ' [tT] .*\\[' /proc/kallsyms | sed 's/^/ksym %s /'", side_name[prof_side]);
+			}
+			if (counters) {
+				csnap_take(&cb);
+				csnap_print(prof_side, &ca, &cb, prof_n);
 			}
 		}
 		t1 = now_s();

@@ -26,8 +26,20 @@
 # unwinder); adds, for every sample spinning on or waiting for a mutex, the
 # first caller outside the mutex code, and for the free profile the
 # symbols by inclusive share (time in them and in what they call).
+# PROFILE_COUNTERS=1 (registrations, one thread): no perf; the kernel's
+# counters around each pass instead (bench_peermem's BENCH_PROF_COUNTERS:
+# the thread's CPU time and context switches, the guest's busy time, the
+# softirq and interrupt rows), per reg+dereg, and the wall time without a
+# profiler's overhead: where a side's time goes that a CPU profile cannot
+# see (sleeps, work on the other vCPU, IPIs).
+# PROFILE_EVENT=cs: perf records every context switch (perf's software
+# event, one sample each, with call chains if CALLGRAPH): where the
+# registering thread sleeps, by kernel call chain.
+# PROFILE_GAP=S (with PROFILE_COUNTERS=1): S seconds idle between passes,
+# for a profile of QEMU on the host (the host's view of each pass).
 bench=$1 bytes=$2 n=$3 top=${4:-25} threads=${5:-1} cg=${6:-0}
-command -v perf >/dev/null || { echo "no perf on the host (Debian: linux-perf); nothing profiled"; exit 1; }
+counters=${PROFILE_COUNTERS:-0}
+[ "$counters" = 1 ] || command -v perf >/dev/null || { echo "no perf on the host (Debian: linux-perf); nothing profiled"; exit 1; }
 echo 0 > /proc/sys/kernel/kptr_restrict
 echo -1 > /proc/sys/kernel/perf_event_paranoid
 if [ "$bytes" = free ]; then large=67108864; else large=$(( bytes > 67108864 ? bytes : 67108864 )); fi
@@ -46,12 +58,26 @@ for ((c = 0; c < chunks; c++)); do
 	for k in 0 1 2; do order+=("${sides[(c + k) % 3]}"); done
 done
 [ "$chunks" = 1 ] || n=$(( n / chunks ))
+if [ "$counters" = 1 ]; then
+	[ "$bytes" != free ] && [ "$threads" = 1 ] || { echo "PROFILE_COUNTERS=1: registrations by one thread only"; exit 1; }
+	pass=0
+	for side in "${order[@]}"; do
+		BENCH_PROF_COUNTERS=1 "$bench" --profile "$side" "$bytes" "$n" --large "$large" |
+			grep -E '^(profile|counter|insns-dump|ksym|not ok)' | sed "s/^counter /counter pass$((pass / 3)) /"
+		[ "${PIPESTATUS[0]}" = 0 ] || exit 1
+		pass=$((pass + 1))
+		# PROFILE_GAP=S: S seconds idle after each pass, so that a profile
+		# of QEMU taken on the host shows the passes apart.
+		[ -z "${PROFILE_GAP:-}" ] || sleep "$PROFILE_GAP"
+	done
+	exit 0
+fi
 for side in "${order[@]}"; do
 	out=/tmp/perf.$side
 	# The symbols while the side's module is loaded (bench_peermem unloads
 	# it before it exits): perf report names the module's functions from it.
 	ks=/tmp/kallsyms.$side
-	line=$(BENCH_KALLSYMS=$ks BENCH_PERF_CALLGRAPH=$cg BENCH_PROF_THREADS=$threads BENCH_PERF_OUT=$out "$bench" --profile "$side" "$bytes" "$n" --large "$large" | grep -E '^(profile|not ok)')
+	line=$(BENCH_PERF_EVENT=${PROFILE_EVENT:-} BENCH_KALLSYMS=$ks BENCH_PERF_CALLGRAPH=$cg BENCH_PROF_THREADS=$threads BENCH_PERF_OUT=$out "$bench" --profile "$side" "$bytes" "$n" --large "$large" | grep -E '^(profile|not ok)')
 	echo "$line"
 	case "$line" in profile*) ;; *) exit 1 ;; esac
 	# The frees' summed wall time (free profile): the CPU time sampled.
@@ -115,6 +141,20 @@ for l in sys.stdin:
 	[ "$cg" = 1 ] || continue
 	# Call chains: one block per sample, the leaf first.
 	perf script -i "$out" --kallsyms="$ks" -F ip,sym,dso 2>/dev/null > /tmp/perf.$side.chains
+	echo "$side: samples spinning on a contended spinlock (leaf queued_spin_lock_slowpath), by the first two callers outside the lock code:"
+	awk '
+		function flush() {
+			if (nf && leaf ~ /queued_spin_lock_slowpath/) {
+				tot++; who = "(chain ends in the lock code)"
+				for (i = 2; i <= nf; i++)
+					if (fr[i] !~ /^(_raw_spin_lock|queued_spin_lock|do_raw_spin_lock|native_queued)/) { who = fr[i] " <- " fr[i + 1]; break }
+				by[who]++
+			}
+			nf = 0
+		}
+		/^[[:space:]]*$/ { flush(); next }
+		{ nf++; s = $2; sub(/\+0x[0-9a-f]+$/, "", s); fr[nf] = s; if (nf == 1) leaf = s }
+		END { flush(); printf "  %d samples\n", tot; for (k in by) printf "  %6d  %s\n", by[k], k }' /tmp/perf.$side.chains | sort -k1,1rn | head -n 12
 	echo "$side: samples in the mutex code (leaf mutex_spin_on_owner, osq_lock, mutex_lock*, __mutex_*), by the first caller outside it:"
 	awk '
 		function flush() {

@@ -13,12 +13,35 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 static int tap_n, tap_fail;
+
+/*
+ * PEERMEM_TAP_TIMES=1 (a profiling aid, docs/testing.md): every line is
+ * preceded by "# @ S" with the seconds since the program's first line, to
+ * see where a slow program spends its time.
+ */
+static void tap_time(void)
+{
+	static int on = -1;
+	static struct timespec t0;
+	struct timespec t;
+
+	if (on < 0) {
+		on = getenv("PEERMEM_TAP_TIMES") && *getenv("PEERMEM_TAP_TIMES") == '1';
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+	}
+	if (!on)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	printf("# @ %.1f\n", (double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9);
+}
 
 static void tap_vline(const char *prefix, const char *fmt, va_list ap,
 		      const char *suffix)
 {
+	tap_time();
 	fputs(prefix, stdout);
 	vprintf(fmt, ap);
 	fputs(suffix, stdout);

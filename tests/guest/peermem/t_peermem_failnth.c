@@ -352,7 +352,7 @@ static void load_step(struct tally *t, struct gmem *g, const char *ko, int n)
  * works to a time budget, not a count: first a coarse pass fails every
  * 64th allocation in turn until a load reaches no n-th (the minimum, about
  * 22 loads, done whatever the time: it covers the whole range), then, while
- * FAILNTH_LOAD_SECONDS (default 30, counted from the start) lasts, it
+ * FAILNTH_LOAD_SECONDS (default 20, counted from the start) lasts, it
  * halves the stride, visiting the allocations between (every 32nd, 16th,
  * ...), and says how far it got.
  * FAILNTH_LOAD_STRIDE=1 (with scripts/vm.sh --test-timeout 1800) steps
@@ -365,7 +365,7 @@ static void fault_load(struct gmem *g)
 	struct tally t = { 0 };
 	char ko[512];
 	int every = getenv("FAILNTH_LOAD_STRIDE") ? atoi(getenv("FAILNTH_LOAD_STRIDE")) : 0;
-	int budget = getenv("FAILNTH_LOAD_SECONDS") ? atoi(getenv("FAILNTH_LOAD_SECONDS")) : 30;
+	int budget = getenv("FAILNTH_LOAD_SECONDS") ? atoi(getenv("FAILNTH_LOAD_SECONDS")) : 20;
 	int n = 0, last, loads = 0, coarse_loads, whole, stride;
 	double t0 = now_s();
 	char what[160];

@@ -13,7 +13,7 @@
  * leave the new memory unchanged) and read back. The number of events the
  * cache drained equals the number of cached MRs revoked.
  *
- * The loop runs to a time budget, not a count: RCACHE_SECONDS (default 30)
+ * The loop runs to a time budget, not a count: RCACHE_SECONDS (default 20; 30 until 2026-11-26)
  * of rounds, at least RCACHE_MIN_ROUNDS (default 200: each way of replacing
  * memory about 25 times, reached in about 30 s on one core of a loaded
  * machine) and at most RCACHE_ROUNDS (default 2000). The checks scale with
@@ -112,7 +112,7 @@ int main(void)
 {
 	unsigned long max_rounds = strtoul(getenv("RCACHE_ROUNDS") ?: "2000", NULL, 10);
 	unsigned long min_rounds = strtoul(getenv("RCACHE_MIN_ROUNDS") ?: "200", NULL, 10);
-	double secs = strtod(getenv("RCACHE_SECONDS") ?: "30", NULL);
+	double secs = strtod(getenv("RCACHE_SECONDS") ?: "20", NULL);
 	unsigned long rounds;
 	unsigned long replaced[NHOW] = { 0 }, revoked_cached = 0, rdma = 0, bad_status = 0;
 	unsigned long bad_bytes = 0, bad_readback = 0, reg_fail = 0;

@@ -21,7 +21,7 @@
  * error; deregistration succeeds. At the end nothing is left.
  *
  * Bounded by time, not rounds (the rig may be slow): RMRACE_SECONDS
- * (default 45) split between the clients and phases; each phase must
+ * (default 30; 45 until 2026-11-26) split between the clients and phases; each phase must
  * reach RMRACE_MIN_ROUNDS (default 8) rounds per client.
  */
 #include "peermem_test.h"
@@ -226,7 +226,7 @@ static void run_client(int nc, double budget)
 
 int main(void)
 {
-	double budget = getenv("RMRACE_SECONDS") ? atof(getenv("RMRACE_SECONDS")) : 45;
+	double budget = getenv("RMRACE_SECONDS") ? atof(getenv("RMRACE_SECONDS")) : 30;
 
 	srandom(22);
 	rxe_up();

@@ -247,10 +247,11 @@ static void knob_set(const char *knob, int ms)
 	snprintf(v, sizeof(v), "%d", ms);
 	if (write_str(path, v)) {
 		/*
-		 * Seen twice (2026-11-26), right after an unload cell's reload:
-		 * peermem in /sys/module but its knobs gone, with no load message
-		 * in the kernel log. Not understood yet: say what the module's
-		 * state is, give it 5 s, and fail if it does not come.
+		 * Seen in unload cells (2026-11-26): the reset after the race
+		 * met the module in its exit ("going", the knobs being removed),
+		 * which the unload cells no longer do (round_parent). Should a
+		 * knob still be missing: say what the module's state is, give it
+		 * 5 s, and fail if it does not come.
 		 */
 		char st[32] = "?";
 		double end = now_s() + slow_s(5);
@@ -661,7 +662,14 @@ static void round_parent(enum client cl, enum cause ca, enum phase ph, struct ta
 		}
 		g_reg = gen();
 		pthread_join(rt, NULL);
-		knob_set(knob, 0);
+		/*
+		 * Not after an unload: the module is going away (its exit runs
+		 * once the MR is gone, and removes the knobs: EIO, then ENOENT,
+		 * the intermittent "missing knob" of 2026-11-26), and the one
+		 * loaded again starts with every knob at 0.
+		 */
+		if (ca != UNLOAD)
+			knob_set(knob, 0);
 	}
 	t->landed += x.landed;
 	t->inside += x.inside;

@@ -189,8 +189,12 @@ static void test_concurrent(void)
 	pid = ring_child(ready, go);
 	if (read(ready[0], &b, 1) != 1)
 		bail("the ring child failed before registering");
-	/* 64 batches of 16 MiB, 250 ms each: a walk of 16 s at least. */
-	if (write_str(PMDBG "inject_delay_pfn_walk_ms", "250"))
+	/*
+	 * 64 batches of 16 MiB, 100 ms each: a walk of 6.4 s at least, where
+	 * the GPU registration takes 0.05-0.2 s (250 ms and 16 s until
+	 * 2026-11-26; the knob is read when a walk starts).
+	 */
+	if (write_str(PMDBG "inject_delay_pfn_walk_ms", "100"))
 		bail("cannot set inject_delay_pfn_walk_ms");
 	wtake(&s0);
 	t0 = now_s();
@@ -202,7 +206,7 @@ static void test_concurrent(void)
 	t2 = now_s();
 	wtake(&s1);
 	ok(running && gmr != NULL && s1.ended == s0.ended,
-	   "while another process's 1 GiB PFN walk runs (slowed: 250 ms per 16 MiB), a GPU registration completes before the walk ends (walk seen running: %s; GPU MR %s, errno %d; walks ended meanwhile %+lld)",
+	   "while another process's 1 GiB PFN walk runs (slowed: 100 ms per 16 MiB), a GPU registration completes before the walk ends (walk seen running: %s; GPU MR %s, errno %d; walks ended meanwhile %+lld)",
 	   running ? "yes" : "no", gmr ? "ok" : "failed", gmr ? 0 : errno, s1.ended - s0.ended);
 	diag("GPU registration %.3f s, started %.3f s into the ring's registration", t2 - t1, t1 - t0);
 	if (gmr)

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Guest instructions per operation, by function, from the QEMU plugin
+tests/bench/insncount (scripts/bench.sh --profile with BENCH_PROF_INSNS=1,
+PROFILE_COUNTERS=1 and PEERMEM_QEMU_PLUGIN=.../insncount.so,out=DUMPS).
+
+  insns.py DUMPS PROFILE_TXT SYSTEM_MAP [TOP] [A B]
+
+DUMPS: the plugin's file ("dump N" blocks of "vaddr ninsns count");
+PROFILE_TXT: the guest's output (its "insns-dump SIDE BYTES N" lines name
+the dumps in order, its "ksym SIDE ..." lines the modules' functions);
+SYSTEM_MAP: the guest kernel's System.map (the rig kernel has no KASLR).
+Prints each side's instructions per operation (every vCPU: the loop's
+thread, softirqs, kthreads, the idle loop's few), the median over the
+passes, and the functions by their difference A - B (default peermem -
+nvidia-peermem). Deterministic: the host's load does not move a count;
+what moves it is the guest's own work (RCU batching, timer ticks).
+"""
+import bisect
+import collections
+import re
+import statistics
+import sys
+
+
+SLOW = ("div", "rdtsc", "rep-string", "pause", "cpuid/msr", "far/syscall/iret")
+
+
+def load_map(path):
+    syms = []
+    for line in open(path):
+        p = line.split()
+        if len(p) >= 3 and p[1] in "tTwW":
+            syms.append((int(p[0], 16), p[2]))
+    return syms
+
+
+def main():
+    dumps_path, prof_path, smap = sys.argv[1:4]
+    top = int(sys.argv[4]) if len(sys.argv) > 4 else 40
+    side_a, side_b = (sys.argv[5], sys.argv[6]) if len(sys.argv) > 6 else ("peermem", "nvidia-peermem")
+    kern = load_map(smap)
+    order = []          # (side, n) per dump
+    mods = collections.defaultdict(list)
+    for line in open(prof_path):
+        m = re.match(r"insns-dump (\S+) (\d+) (\d+)", line)
+        if m:
+            order.append((m.group(1), int(m.group(3))))
+            continue
+        m = re.match(r"ksym (\S+) ([0-9a-f]+) [tT] (\S+)\s+\[(\S+)\]", line)
+        if m:
+            mods[m.group(1)].append((int(m.group(2), 16), m.group(3) + " [" + m.group(4) + "]"))
+    dumps = []
+    cur = None
+    for line in open(dumps_path):
+        if line.startswith("dump"):
+            cur = []
+        elif line.startswith("end"):
+            dumps.append(cur)
+            cur = None
+        elif cur is not None:
+            if line.startswith(("io ", "mem ", "slow ")):
+                continue
+            f = line.split()
+            cur.append((int(f[0], 16), int(f[1]), int(f[2]), int(f[3]) if len(f) > 3 else 0,
+                        int(f[4]) if len(f) > 4 else 0,
+                        tuple(int(x) for x in f[5].split(",")) if len(f) > 5 else (0,) * 6))
+    if len(dumps) != len(order):
+        sys.exit(f"{len(dumps)} dumps, {len(order)} insns-dump lines: not the same run?")
+    per_side = collections.defaultdict(list)   # side -> [Counter(sym -> insns/op)]
+    extra = collections.defaultdict(list)      # side -> [(blocks run/op, atomic insns/op)]
+    groups = collections.defaultdict(list)     # side -> [Counter((module, insns|blocks) -> per op)]
+    slows = collections.defaultdict(list)      # side -> [[per class, per op]]
+    slow_by = collections.defaultdict(list)
+    for (side, nops), blocks in zip(order, dumps):
+        syms = sorted(kern + mods[side])
+        keys = [a for a, _ in syms]
+        cnt = collections.Counter()
+        for a, n, c, *_ in blocks:
+            if a < 0xffff800000000000:
+                cnt["(user space)"] += n * c / nops
+                continue
+            i = bisect.bisect_right(keys, a) - 1
+            cnt[syms[i][1] if i >= 0 else "?"] += n * c / nops
+        per_side[side].append(cnt)
+        grp = collections.Counter()
+        for a, n, c, *_ in blocks:
+            if a < 0xffff800000000000:
+                g = "user space"
+            else:
+                i = bisect.bisect_right(keys, a) - 1
+                name = syms[i][1] if i >= 0 else "?"
+                g = name[name.rindex("[") + 1:-1] if name.endswith("]") else (
+                    "kernel: spinning (queued_spin_lock_slowpath)"
+                    if name == "queued_spin_lock_slowpath" else "kernel: the rest")
+            grp[(g, "insns")] += n * c / nops
+            grp[(g, "blocks")] += c / nops
+        groups[side].append(grp)
+        blocks_run = sum(b[2] for b in blocks) / nops
+        locked = sum(b[2] * b[3] for b in blocks) / nops
+        flushes = sum(b[2] * b[4] for b in blocks) / nops
+        extra[side].append((blocks_run, locked, flushes))
+        slow = [0.0] * 6
+        for b in blocks:
+            for k in range(6):
+                slow[k] += b[2] * b[5][k] / nops
+                if b[5][k] and k in (0, 1, 4, 5):
+                    i = bisect.bisect_right(keys, b[0]) - 1
+                    who = syms[i][1] if b[0] >= 0xffff800000000000 and i >= 0 else "(user space)"
+                    slow_by[(side, SLOW[k], who)].append(b[2] * b[5][k] / nops)
+        slows[side].append(slow)
+    med = {}
+    for side, lst in per_side.items():
+        names = set().union(*lst)
+        med[side] = {s: statistics.median([c.get(s, 0) for c in lst]) for s in names}
+        tots = [sum(c.values()) for c in lst]
+        print(f"{side}: {statistics.median(tots):.0f} guest instructions per operation "
+              f"(passes: {', '.join(f'{t:.0f}' for t in tots)}); blocks run per operation "
+              f"{statistics.median([e[0] for e in extra[side]]):.0f}, atomic (lock-prefixed) "
+              f"instructions {statistics.median([e[1] for e in extra[side]]):.0f}, TLB-flushing "
+              f"(CR3 write, INVLPG, INVPCID) {statistics.median([e[2] for e in extra[side]]):.2f}")
+    if any(any(x for x in v) for l in slows.values() for v in l):
+        print("\ninstructions TCG runs through a helper or a loop, per operation (median over the passes):")
+        for side, lst in slows.items():
+            print(f"  {side}: " + ", ".join(
+                f"{SLOW[k]} {statistics.median([v[k] for v in lst]):.1f}" for k in range(6)))
+        for (side, cls, who), v in sorted(slow_by.items()):
+            if sum(v) / len(per_side[side]) >= 0.5:
+                print(f"    {side} {cls}: {sum(v) / len(per_side[side]):.1f} in {who}")
+    print("\nby module (median over the passes): instructions / blocks run, per operation")
+    for side, lst in groups.items():
+        names = sorted({g for c in lst for g, _ in c})
+        print(f"  {side}: " + "; ".join(
+            f"{g} {statistics.median([c.get((g, 'insns'), 0) for c in lst]):.0f} / "
+            f"{statistics.median([c.get((g, 'blocks'), 0) for c in lst]):.0f}" for g in names))
+    if side_a in med and side_b in med:
+        a, b = med[side_a], med[side_b]
+        ta, tb = sum(a.values()), sum(b.values())
+        print(f"\n{side_a} - {side_b}: {ta - tb:+.0f} instructions per operation "
+              f"({ta / tb:.3f}x); by function (median over the passes), largest first:")
+        names = set(a) | set(b)
+        diff = sorted(names, key=lambda s: -abs(a.get(s, 0) - b.get(s, 0)))
+        print(f"  {'diff':>8} {side_a:>10} {side_b:>10}  function")
+        for s in diff[:top]:
+            print(f"  {a.get(s, 0) - b.get(s, 0):+8.0f} {a.get(s, 0):10.0f} {b.get(s, 0):10.0f}  {s}")
+
+
+if __name__ == "__main__":
+    main()

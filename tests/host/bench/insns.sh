@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# The instruction-count tools of the benchmark's profile mode (issue 26):
+# the QEMU TCG plugin tests/bench/insncount builds without a warning, and
+# tests/bench/insns.py turns a made-up dump (two sides, two blocks each,
+# a module function named from "ksym" lines, the kernel's from a
+# System.map) into the exact per-operation counts, and refuses dumps that
+# do not match the guest's output. Not part of tests/run-all.sh (a
+# measurement tool, no CI time); run it after changing either. No VM;
+# prints TAP.
+#
+#   tests/host/bench/insns.sh
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0 fail=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+bad() { n=$((n + 1)); fail=1; echo "not ok $n - $1"; }
+
+if make -s -C "$root/tests/bench/insncount" CC="${CC:-gcc}" >"$tmp/make.log" 2>&1 &&
+	[ -f "$root/tests/bench/insncount/insncount.so" ]; then
+	ok "the plugin builds with -Werror"
+else
+	bad "the plugin builds with -Werror ($(tail -n 3 "$tmp/make.log" | tr '\n' ' '))"
+fi
+
+cat >"$tmp/System.map" <<'M'
+ffffffff81000000 T kfunc_a
+ffffffff81000100 T kfunc_b
+ffffffff81000200 D some_data
+M
+cat >"$tmp/profile.txt" <<'P'
+insns-dump peermem 65536 10
+ksym peermem ffffffffa0000000 t pm_fn	[peermem]
+insns-dump nvidia-peermem 65536 10
+ksym nvidia-peermem ffffffffa0000000 t nv_fn	[nvidia_peermem]
+P
+# Side 1: kfunc_a 5 insns x 20, pm_fn 3 x 10 (+ a user block 2 x 10);
+# side 2: kfunc_a 5 x 20, kfunc_b 4 x 10 (one of them atomic, one a TLB
+# flush), nv_fn 1 x 10. Side 1's lines have the older four columns.
+cat >"$tmp/dumps.txt" <<'D'
+dump 0 translated 3 10
+ffffffff81000010 5 20 0
+ffffffffa0000004 3 10 0
+0000000000401000 2 10 0
+end
+dump 1 translated 0 0
+ffffffff81000010 5 20 0
+ffffffff81000104 4 10 1 1
+ffffffffa0000000 1 10 0
+io ffffffff81000104 fed90000 3
+end
+D
+out=$(python3 "$root/tests/bench/insns.py" "$tmp/dumps.txt" "$tmp/profile.txt" "$tmp/System.map" 10 2>&1)
+grep -q '^peermem: 15 guest instructions per operation .*blocks run per operation 4, atomic (lock-prefixed) instructions 0, TLB-flushing (CR3 write, INVLPG, INVPCID) 0.00$' <<<"$out" &&
+	ok "side 1: (5x20 + 3x10 + 2x10) / 10 = 15 instructions, 4 blocks per operation" ||
+	bad "side 1's totals (got: $(head -n 1 <<<"$out"))"
+grep -q '^nvidia-peermem: 15 guest instructions per operation .*blocks run per operation 4, atomic (lock-prefixed) instructions 1, TLB-flushing (CR3 write, INVLPG, INVPCID) 1.00$' <<<"$out" &&
+	ok "side 2: (5x20 + 4x10 + 1x10) / 10 = 15 instructions, 4 blocks, 1 atomic and 1 TLB flush per operation" ||
+	bad "side 2's totals (got: $(sed -n 2p <<<"$out"))"
+grep -Eq '^ +\+3 +3 +0  pm_fn \[peermem\]$' <<<"$out" &&
+	ok "a module's function is named from the side's ksym lines" ||
+	bad "pm_fn [peermem] +3 (got: $(grep pm_fn <<<"$out"))"
+grep -Eq '^ +-4 +0 +4  kfunc_b$' <<<"$out" &&
+	ok "a kernel function is named from System.map" ||
+	bad "kfunc_b -4 (got: $(grep kfunc_b <<<"$out"))"
+grep -q 'peermem: .*peermem 3 / 1; user space 2 / 1' <<<"$out" &&
+	ok "by module: the module's and user space's instructions and blocks" ||
+	bad "by module line (got: $(grep -A2 'by module' <<<"$out" | tr '\n' ' '))"
+head -n 2 "$tmp/profile.txt" >"$tmp/short.txt"
+if python3 "$root/tests/bench/insns.py" "$tmp/dumps.txt" "$tmp/short.txt" "$tmp/System.map" >/dev/null 2>&1; then
+	bad "two dumps against one insns-dump line are refused"
+else
+	ok "two dumps against one insns-dump line are refused"
+fi
+echo "1..$n"
+exit $fail
