@@ -228,20 +228,12 @@ if [ "$KMEMLEAK" = 1 ]; then
 	# leak (a test's ioctl path that dropped its last pointer, say). Fork
 	# more concurrent tasks on every CPU than the cache holds (2): each
 	# cached stack is cleared when it is reused.
-	# The tasks are forks of this shell that wait a second on a pipe
-	# nobody writes (this shell holds its write end too), not `sleep`s: a
-	# fork is what takes a stack, and each exec of a program costs a
-	# second or two in the rig (eight of them, 12-17 s of every boot's end
-	# until 2026-11-26).
-	ncpu=1
-	read -r online < /sys/devices/system/cpu/online && [[ $online =~ ^0-([0-9]+)$ ]] && ncpu=$((BASH_REMATCH[1] + 1))
-	exec {hold}<> <(:)
+	ncpu=$(nproc)
 	for ((c = 0; c < ncpu; c++)); do
 		taskset -p -c "$c" $$ >/dev/null || continue
-		for i in 1 2 3 4; do ( read -r -t 1 -u "$hold" ) & done
+		for i in 1 2 3 4; do sleep 1 & done
 		wait
 	done
-	exec {hold}<&-
 	taskset -p -c "0-$((ncpu - 1))" $$ >/dev/null
 	age=$(( EPOCHSECONDS - last_end ))
 	[ "$age" -lt 6 ] && sleep $(( 6 - age ))
