@@ -56,6 +56,18 @@ bool peermem_param_enable_nc(void);
 /* The mmu_notifier parameter. */
 bool peermem_param_mmu_notifier(void);
 
+/* The watch_cache parameter (cached watch pins, entries; checked by Rust). */
+unsigned int peermem_param_watch_cache(void);
+
+/* The watch_cache_mib parameter (cached watch pins, MiB; checked by Rust). */
+unsigned int peermem_param_watch_cache_mib(void);
+
+/*
+ * The calling process's address space as a key (its mm_struct's address),
+ * 0 in a kernel thread. Only compared, never dereferenced.
+ */
+unsigned long peermem_mm_current_key(void);
+
 /* ---- Scatter-gather tables (what dma_map() hands to the core) */
 
 /*
@@ -201,6 +213,11 @@ void peermem_watch_set_blocking(struct peermem_watch *w);
  */
 bool peermem_watch_read_begin(struct peermem_watch *w, unsigned long *seq);
 bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq);
+/*
+ * Whether the watch has fired (its work item was queued; once per watch).
+ * Set by the notifier before the unmapping call returns to the process.
+ */
+bool peermem_watch_has_fired(struct peermem_watch *w);
 
 /* ---- Free-callback references: id -> reference, one owner */
 
@@ -256,6 +273,16 @@ void peermem_debugfs_add_counter(void *dir, const char *name, const void *counte
  * *value in decimal; value must stay valid until peermem_debugfs_remove().
  */
 void peermem_debugfs_add_knob(const char *name, u32 *value);
+
+/* What a write to an action file does (see peermem_debugfs_add_action()). */
+typedef void (*peermem_action_t)(void);
+
+/*
+ * Add the root-only write-only file NAME (as above): writing 1 to it calls
+ * action (process context, no lock held); any other value fails with
+ * EINVAL. action must stay valid until peermem_debugfs_remove() returned.
+ */
+void peermem_debugfs_add_action(const char *name, peermem_action_t action);
 
 /*
  * Add the read-only file NAME (as above) showing *value in hexadecimal

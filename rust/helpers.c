@@ -15,6 +15,8 @@
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
+#include <linux/fs.h>
+#include <linux/kstrtox.h>
 #include <linux/hashtable.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
@@ -106,6 +108,33 @@ bool peermem_param_enable_nc(void)
 bool peermem_param_mmu_notifier(void)
 {
 	return mmu_notifier;
+}
+
+static unsigned int watch_cache = 32;
+module_param(watch_cache, uint, 0444);
+MODULE_PARM_DESC(watch_cache,
+		 "Deregistered ranges whose watch pin (the GPU driver's pin with a free callback, not the persistent one that keeps memory) peermem keeps, so that registering the same range again in the same process pins once instead of twice (default 32, at most 64; 0: none). A cached pin keeps no GPU memory from being freed: freeing it, unmapping the range or unloading drops the entry");
+
+static unsigned int watch_cache_mib = 256;
+module_param(watch_cache_mib, uint, 0444);
+MODULE_PARM_DESC(watch_cache_mib,
+		 "At most this many MiB of GPU memory in cached watch pins (default 256, at most 1048576): they hold BAR1 space. A pin that fails while pins are cached drops them and tries once more");
+
+unsigned long peermem_mm_current_key(void)
+{
+	if (current->flags & PF_KTHREAD)
+		return 0;
+	return (unsigned long)current->mm;
+}
+
+unsigned int peermem_param_watch_cache(void)
+{
+	return watch_cache;
+}
+
+unsigned int peermem_param_watch_cache_mib(void)
+{
+	return watch_cache_mib;
 }
 
 /* ---- Scatter-gather tables */
@@ -350,6 +379,11 @@ static const struct mmu_interval_notifier_ops peermem_watch_ops = {
 	.invalidate = peermem_watch_invalidate,
 };
 
+bool peermem_watch_has_fired(struct peermem_watch *w)
+{
+	return test_bit(PEERMEM_WATCH_FIRED, &w->flags);
+}
+
 struct peermem_watch *peermem_watch_alloc(void)
 {
 	struct peermem_watch *w;
@@ -538,6 +572,11 @@ bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq)
 	return mmu_interval_read_retry(&w->mni, seq);
 }
 #else
+bool peermem_watch_has_fired(struct peermem_watch *w)
+{
+	return test_bit(PEERMEM_WATCH_FIRED, &w->flags);
+}
+
 struct peermem_watch *peermem_watch_alloc(void)
 {
 	return NULL;
@@ -718,6 +757,37 @@ void peermem_debugfs_add_knob(const char *name, u32 *value)
 	if (!peermem_dir)
 		return;
 	debugfs_create_u32(name, 0600, peermem_dir, value);
+}
+
+static ssize_t peermem_action_write(struct file *file, const char __user *buf,
+				    size_t len, loff_t *ppos)
+{
+	peermem_action_t action = file->private_data;
+	unsigned int v;
+	int ret;
+
+	ret = kstrtouint_from_user(buf, len, 0, &v);
+	if (ret)
+		return ret;
+	if (v != 1)
+		return -EINVAL;
+	action();
+	return len;
+}
+
+static const struct file_operations peermem_action_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = peermem_action_write,
+	.llseek = noop_llseek,
+};
+
+void peermem_debugfs_add_action(const char *name, peermem_action_t action)
+{
+	if (!peermem_dir)
+		return;
+	/* Removal waits for writers inside the call (debugfs' file proxy). */
+	debugfs_create_file(name, 0200, peermem_dir, action, &peermem_action_fops);
 }
 
 void peermem_debugfs_add_hex(const char *name, u32 *value)

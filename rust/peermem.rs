@@ -91,6 +91,7 @@ impl kernel::Module for PeerMem {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let params = params::Params::from_module()?;
         let events = events_enabled()?;
+        client::wcache::setup()?;
         // From here on, a failure (`?`) drops `this`, whose `Drop` undoes
         // what was done, in the order unload does.
         let mut this = Self {
@@ -195,6 +196,9 @@ impl Drop for PeerMem {
         // client (which stops every address watch).
         drop(self.core_nc.take());
         drop(self.core.take());
+        // The watch-pin cache's entries (their pins put), before the work
+        // queue their free callbacks queue to goes.
+        client::wcache::drain();
         // Runs the address-change work items still queued.
         drop(self.watches.take());
         // A GPU free callback may still be finishing on another CPU.
@@ -288,6 +292,8 @@ fn create_debugfs() -> Result<Debugfs> {
         stats::STATS_PFN_WALK.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
     }
     stats::LAST_PIN.for_each(|name, value| d.add_hex(name, value));
+    // Drops every cached watch pin (tests: "nothing pinned" after deregistering).
+    d.add_action::<client::wcache::Flush>(c"watch_cache_flush");
     inject::for_each(|n, knob| d.add_u32(n.knob, knob.atomic()));
     // How many delays each knob made (begun, ended): tests prove with them
     // that what they raced landed inside the window.

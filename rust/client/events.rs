@@ -676,6 +676,12 @@ impl Tag {
         }
     }
 
+    /// A registration taken from the watch-pin cache is being made again:
+    /// as new (`IDLE`), for the same address space.
+    pub(crate) fn reset(&self) {
+        self.state.store(Self::IDLE, Ordering::Relaxed);
+    }
+
     /// The core is giving the registration back (`put_pages`, `release`).
     pub(crate) fn disarm(&self) {
         self.state.store(Self::DONE, Ordering::Relaxed);

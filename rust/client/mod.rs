@@ -92,6 +92,7 @@ pub(crate) mod range;
 mod registration;
 mod source;
 pub(crate) mod stats;
+pub(crate) mod wcache;
 
 pub(crate) use registration::Registration;
 use stats::{Stats, STATS, STATS_NC};

@@ -8,9 +8,11 @@ use super::range::GpuRange;
 use super::source::gpu::{self, Keeper, WatchFreed};
 use super::source::{pfn, GiveBack, Source};
 use super::stats::{Stats, STATS, STATS_PFN};
-use super::{inject, Kind};
+use super::{inject, wcache, Kind};
 use crate::kapi::device::DmaDevice;
+use crate::kapi::mm;
 use crate::kapi::mmu_notifier::AddressWatch;
+use crate::kapi::nvidia_p2p::PageTable;
 use crate::kapi::object_count::ObjectCount;
 use crate::kapi::peer_mem::Ticket;
 use crate::kapi::pfnmap::PfnRuns;
@@ -89,6 +91,10 @@ struct Inner {
     invalidating: u32,
     /// `get_pages` said the umem is read-only (the device only reads).
     read_only: bool,
+    /// In the watch-pin cache (`super::wcache`): deregistered, the keeper
+    /// put, the watch pin and the address watch kept. A free callback
+    /// then queues the work item that drops the entry.
+    parked: bool,
 }
 
 /// One range claimed in `acquire`.
@@ -110,6 +116,9 @@ pub(crate) struct Registration {
     /// Where the memory comes from (set at creation).
     source: Source,
     range: GpuRange,
+    /// The registering address space as a key ([`mm::current_key`]), for
+    /// the watch-pin cache.
+    mm_key: usize,
     /// The address-space watch (non-persistent pins in a user process).
     watch: Option<AddressWatch<Registration>>,
     #[pin]
@@ -169,6 +178,7 @@ fn new(
             kind,
             source,
             range,
+            mm_key: mm::current_key(),
             watch,
             inner <- new_lock!(
                 Inner {
@@ -185,6 +195,7 @@ fn new(
                     revoked: false,
                     invalidating: 0,
                     read_only: false,
+                    parked: false,
                 },
                 "peermem_registration"
             ),
@@ -208,6 +219,17 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         return None;
     };
     let persistent = kind == Kind::Persistent;
+    // `nv_mem`: a range this process registered before may still have its
+    // watch pin and address watch (the watch-pin cache).
+    if !persistent {
+        if let Some(reg) = wcache::take(addr, size) {
+            if let Some(pt) = unpark(&reg) {
+                stats.watch_cache_hits.inc();
+                return finish_acquire(reg, pt, false);
+            }
+            drop_parked(reg);
+        }
+    }
     let oom = || {
         stats.errors.inc();
         warn_ratelimited(
@@ -234,7 +256,9 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         // SAFETY: every path that gives up a reference to `reg` stops the
         // watch first: the decline paths below and `release` call
         // `stop_watch` before the core's reference (the last one the
-        // notifier does not hold itself) goes.
+        // notifier does not hold itself) goes, unless the watch-pin cache
+        // takes the registration, whose reference then stands in for the
+        // core's until `drop_parked` stops the watch.
         if let Err(e) = unsafe { w.start(reg.as_arc_borrow(), range.addr(), range.len()) } {
             stats.errors.inc();
             stats.registrations_declined.inc();
@@ -254,8 +278,13 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     // comes before the table is stored below finds `WatchPin::Pinning`
     // (or, for a persistent pin, nothing comes) and marks `gpu_freed`: the
     // driver frees the table when the callback returns.
-    let callback = (!persistent).then(|| reg.clone());
-    let pt = match gpu::pin(&range, callback) {
+    let pin = || gpu::pin(&range, (!persistent).then(|| reg.clone()));
+    let mut pinned = pin();
+    if matches!(pinned, Err(e) if e != EINVAL) && wcache::drain() != 0 {
+        // Cached watch pins hold BAR1 space: dropped, one more try.
+        pinned = pin();
+    }
+    let pt = match pinned {
         Ok(pt) => pt,
         Err(e) => {
             // Not GPU memory (EINVAL), or the driver could not pin it:
@@ -272,6 +301,19 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         }
     };
     stats.page_tables_pinned.inc();
+    finish_acquire(reg, pt, persistent)
+}
+
+/// The rest of `acquire` once the pin with the free callback (`pt`; for
+/// [`Kind::Persistent`] the persistent pin) is taken: the keeper, and the
+/// checks under the lock.
+fn finish_acquire(
+    reg: Arc<Registration>,
+    pt: PageTable<Registration>,
+    persistent: bool,
+) -> Option<Arc<Registration>> {
+    let stats = reg.kind.stats();
+    let range = reg.range;
     // `nv_mem`: the keeper, a persistent pin of the same range, taken after
     // the watch pin (so a free from here on calls the watch's callback),
     // still outside every lock of peermem and of the core's umem
@@ -604,7 +646,13 @@ pub(crate) fn dma_unmap(reg: &Registration, sgl: usize) {
 pub(crate) fn put_pages(reg: &Registration) {
     inject::DELAY_PUT_PAGES_MS.delay();
     reg.events.disarm();
-    reg.unpin();
+    if reg.may_park() {
+        // The watch pin stays until `release` parks the registration or
+        // puts it.
+        reg.unpin_phase();
+    } else {
+        reg.unpin();
+    }
 }
 
 /// `get_page_size`.
@@ -615,8 +663,13 @@ pub(crate) fn page_size(reg: &Registration) -> u64 {
 /// `release`: the core is done with the registration; `reg` is its reference.
 pub(crate) fn release(reg: Arc<Registration>) {
     reg.events.disarm();
-    // The notifier takes references until stopped: before the core's goes.
-    reg.stop_watch();
+    let may_park = reg.may_park();
+    // The notifier takes references until stopped: before the core's goes
+    // (a registration that may be parked keeps it: the cache's reference
+    // replaces the core's, or it is stopped at the end).
+    if !may_park {
+        reg.stop_watch();
+    }
     // A free callback or an address change may still be inside the core's
     // invalidate with this registration's ticket (it found nothing to do:
     // the core tore the mapping down first). The core must stay registered
@@ -640,7 +693,11 @@ pub(crate) fn release(reg: Arc<Registration>) {
     }
     inject::DELAY_RELEASE_MS.delay();
     // Pinned still if the core gave up before get_pages or after it failed.
-    reg.unpin();
+    if may_park {
+        reg.unpin_phase();
+    } else {
+        reg.unpin();
+    }
     reg.stats().registrations_released.inc();
     // The core frees its client once every release returned: no call of its
     // invalidate for this registration may still be running now.
@@ -648,6 +705,92 @@ pub(crate) fn release(reg: Arc<Registration>) {
         reg.stats().errors.inc();
         pr_err!("BUG: release returns while the core's invalidate runs for the registration; the core may free its client under that call. Please report this peermem bug\n");
     }
+    if may_park {
+        wcache::park_or_drop(reg);
+    }
+}
+
+/// The GPU memory a parked `reg` holds in its watch pin (for the cache's bound).
+pub(super) fn parked_bytes(reg: &Registration) -> u64 {
+    reg.range.aligned_len()
+}
+
+/// Parks `reg` in the watch-pin cache if it can be reused: given back
+/// whole by the core (`Unpinned`: the keeper put), not freed, revoked or
+/// moved, its watch pin held and its address watch not fired. `false`:
+/// not parked (the caller puts the watch pin).
+pub(super) fn park(reg: &Arc<Registration>) -> bool {
+    let mut g = reg.inner.lock();
+    let fired = reg.watch.as_ref().is_none_or(|w| w.has_fired());
+    if fired
+        || g.gpu_freed
+        || g.revoked
+        || g.invalidating != 0
+        || g.ticket.is_some()
+        || !matches!(g.phase, Phase::Unpinned)
+        || !matches!(g.watch_pin, WatchPin::Held(_))
+    {
+        return false;
+    }
+    // Under this lock, so that a free callback that comes next sees the
+    // mark and queues the work item that drops the entry.
+    if !wcache::insert(
+        reg,
+        reg.mm_key,
+        reg.range.addr(),
+        reg.range.len(),
+        parked_bytes(reg),
+    ) {
+        return false;
+    }
+    g.parked = true;
+    // Nothing of the core's is left: its table went with dma_unmap.
+    g.sgt = None;
+    drop(g);
+    reg.stats().watch_cache_parked.inc();
+    true
+}
+
+/// A registration `wcache::take` gave back: made `New` again with its
+/// watch pin taken out for [`finish_acquire`] (`WatchPin::Pinning`, as a
+/// fresh `acquire` holds it), or `None` if it cannot be reused (its memory
+/// was freed or its range unmapped meanwhile: the caller drops it).
+fn unpark(reg: &Registration) -> Option<PageTable<Registration>> {
+    let mut g = reg.inner.lock();
+    g.parked = false;
+    // Before the watch's fired mark is read: an unmap from here on is
+    // reported as for a registration being made.
+    reg.events.reset();
+    if reg.watch.as_ref().is_none_or(|w| w.has_fired())
+        || g.gpu_freed
+        || !matches!(g.phase, Phase::Unpinned)
+    {
+        return None;
+    }
+    let WatchPin::Held(pt) = core::mem::replace(&mut g.watch_pin, WatchPin::Pinning) else {
+        return None;
+    };
+    g.phase = Phase::New;
+    g.keeper = false;
+    g.ticket = None;
+    g.sgt = None;
+    g.read_only = false;
+    Some(pt)
+}
+
+/// Drops a registration taken out of the watch-pin cache: stops its
+/// address watch and puts its watch pin (unless the free callback took
+/// it). No lock held; sleeps.
+pub(super) fn drop_parked(reg: Arc<Registration>) {
+    reg.inner.lock().parked = false;
+    reg.stats().watch_cache_evicted.inc();
+    drop_unparked(reg);
+}
+
+/// `release`'s end for a registration not parked: as before the cache.
+pub(super) fn drop_unparked(reg: Arc<Registration>) {
+    reg.stop_watch();
+    reg.unpin_watch();
 }
 
 /// The GPU driver's free callback for a pin whose put returned 0 before it
@@ -691,6 +834,15 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
         g.phase,
         Phase::Pinned(_) | Phase::Mapped(_) | Phase::Mapping
     ) && !g.revoked;
+    if g.gpu_freed && g.parked {
+        // In the watch-pin cache: the work item takes it out.
+        if let Some(work) = &reg.revoke_work {
+            // SAFETY: `reg` owns the item; the registration lock is held
+            // and it is parked, which unload undoes (under this lock) for
+            // every entry before it tears the work queue down.
+            unsafe { work.queue(reg.clone()) };
+        }
+    }
     if g.gpu_freed && live {
         revoke_event(&reg, events::Cause::GpuFree);
         if let Some(work) = &reg.revoke_work {
@@ -734,6 +886,15 @@ enum Revocation {
 /// do if the memory was freed, revoked or given back meanwhile.
 fn revoke(reg: Arc<Registration>, why: Revocation) {
     let stats = reg.stats();
+    // A parked registration whose memory was freed or range unmapped:
+    // out of the cache (a registration that took it meanwhile sees the
+    // mark and pins afresh).
+    if reg.inner.lock().parked {
+        if let Some(parked) = wcache::remove(&reg) {
+            drop_parked(parked);
+        }
+        return;
+    }
     let ticket = {
         let mut g = reg.lock_settled();
         if g.revoked {
@@ -970,6 +1131,24 @@ impl Registration {
     /// returned 0 takes the free callback's reference out of the registry,
     /// unless the callback took it first.
     fn unpin(&self) {
+        if self.unpin_phase() {
+            // The keeper went first: the watch pin alone keeps nothing mapped.
+            self.unpin_watch();
+        }
+    }
+
+    /// Whether this registration may go to the watch-pin cache at
+    /// `release` (then `put_pages` leaves its watch pin).
+    fn may_park(&self) -> bool {
+        self.kind == Kind::Invalidating
+            && self.source == Source::Gpu
+            && self.watch.is_some()
+            && wcache::enabled()
+    }
+
+    /// [`Registration::unpin`] without the watch pin: `true` if the
+    /// phase's pin was given back now (then the watch pin may go too).
+    fn unpin_phase(&self) -> bool {
         // Under the lock, while the free callback cannot run: read what is
         // needed of the table and make it a pending put. Once the lock is
         // dropped the callback may run and the driver free the table.
@@ -989,7 +1168,7 @@ impl Registration {
                 }
                 other => {
                     g.phase = other;
-                    return;
+                    return false;
                 }
             };
             let pt = match pt.give_back() {
@@ -999,7 +1178,7 @@ impl Registration {
                     g.phase = Phase::Unpinned;
                     drop(g);
                     released.count(self.stats());
-                    return;
+                    return false;
                 }
             };
             let pages = pt.entries();
@@ -1038,8 +1217,7 @@ impl Registration {
         }
         // Last, outside the lock (the caller holds a reference too).
         drop(taken);
-        // The keeper went first: the watch pin alone keeps nothing mapped.
-        self.unpin_watch();
+        true
     }
 
     /// Gives the watch pin back if it is still held (registrations with a

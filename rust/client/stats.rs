@@ -158,6 +158,17 @@ define_stats! {
     /// pinned them: claimed anyway, so the registration fails with EFAULT
     /// instead of going to `nv_mem_nc` (issue 22).
     registrations_stale,
+    /// `nv_mem`: deregistered ranges parked in the watch-pin cache (the
+    /// keeper put, the watch pin and the address watch kept). Cached now:
+    /// parked - hits - evicted.
+    watch_cache_parked,
+    /// `nv_mem`: registrations that took a parked range (one pin, the
+    /// keeper, instead of two).
+    watch_cache_hits,
+    /// `nv_mem`: parked ranges dropped (their watch pin put or freed): the
+    /// memory was freed or the range unmapped, the cache needed the room,
+    /// it was flushed (`watch_cache_flush`, a failed pin), or unload.
+    watch_cache_evicted,
     /// Calls that failed, for any reason (each failure also logs why).
     errors,
     }

@@ -92,6 +92,21 @@ impl Debugfs {
 }
 
 impl Debugfs {
+    /// A root-only write-only file `name` in the top directory: writing 1
+    /// runs `A::run` (process context, no lock held); other values fail
+    /// with `EINVAL`.
+    pub(crate) fn add_action<A: Action>(&self, name: &'static CStr) {
+        // SAFETY: `name` is a `'static` C string; `run_action::<A>` is a
+        // function of this module, valid until the directory is removed
+        // (drop), which waits for writers inside the call.
+        unsafe {
+            raw::peermem_debugfs_add_action(
+                name.to_bytes_with_nul().as_ptr().cast(),
+                Some(run_action::<A>),
+            )
+        };
+    }
+
     /// A read-only file `name` in the top directory showing `value` in hex (`0x%08x`).
     pub(crate) fn add_hex(&self, name: &'static CStr, value: &'static AtomicU32) {
         // SAFETY: `name` is a `'static` C string and `value` a `'static`
@@ -110,6 +125,17 @@ impl Drop for Debugfs {
         unsafe { raw::peermem_debugfs_remove() };
         LIVE.store(false, Ordering::Release);
     }
+}
+
+/// What writing 1 to an action file ([`Debugfs::add_action`]) does.
+pub(crate) trait Action {
+    /// Process context, no lock held; may sleep.
+    fn run();
+}
+
+/// Called by the C glue when 1 is written to an action file of `A`.
+extern "C" fn run_action<A: Action>() {
+    A::run();
 }
 
 /// Called by the C glue when a `u64` file is read.

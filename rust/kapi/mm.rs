@@ -58,6 +58,15 @@ impl Drop for MmRef {
     }
 }
 
+/// The caller's address space as a key (its `mm_struct`'s address; 0 in
+/// a kernel thread), as [`MmRef::key`] gives it. Unique among the address
+/// spaces alive, or kept alive by an `mmgrab` (an [`MmRef`], a started
+/// [`super::mmu_notifier::AddressWatch`]), at the time of the call.
+pub(crate) fn current_key() -> usize {
+    // SAFETY: FFI call without preconditions.
+    unsafe { raw::peermem_mm_current_key() as usize }
+}
+
 /// The caller's real user id, as the initial user namespace sees it (the
 /// overflow uid if it has no mapping there): a key for per-user limits.
 pub(crate) fn current_uid() -> u32 {

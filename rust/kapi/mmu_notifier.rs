@@ -214,6 +214,14 @@ impl<T: AddressChange> AddressWatch<T> {
         unsafe { raw::peermem_watch_read_retry(self.ptr.as_ptr(), seq.0) }
     }
 
+    /// Whether the watch has fired (once per watch: the range was
+    /// unmapped or moved, and [`AddressChange::changed`] is queued or ran).
+    /// Set in the notifier, before the unmapping call returns to the process.
+    pub(crate) fn has_fired(&self) -> bool {
+        // SAFETY: a live watch (type invariant).
+        unsafe { raw::peermem_watch_has_fired(self.ptr.as_ptr()) }
+    }
+
     /// Stops watching: when it returns, the notifier takes no new
     /// reference. Idempotent; sleeps.
     pub(crate) fn stop(&self) {

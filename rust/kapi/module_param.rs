@@ -40,6 +40,18 @@ pub(crate) fn mmu_notifier() -> bool {
     unsafe { raw::peermem_param_mmu_notifier() }
 }
 
+/// The `watch_cache` parameter (entries), unchecked.
+pub(crate) fn watch_cache() -> u32 {
+    // SAFETY: FFI call without preconditions.
+    unsafe { raw::peermem_param_watch_cache() }
+}
+
+/// The `watch_cache_mib` parameter, unchecked.
+pub(crate) fn watch_cache_mib() -> u32 {
+    // SAFETY: FFI call without preconditions.
+    unsafe { raw::peermem_param_watch_cache_mib() }
+}
+
 /// nvidia-peermem's `peerdirect_support` parameter (default 0).
 pub(crate) fn peerdirect_support() -> i32 {
     // SAFETY: FFI call without preconditions.

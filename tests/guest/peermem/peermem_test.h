@@ -105,9 +105,29 @@ static long long pm_live_objects(void)
 	return pmc_live_objects(pm_dir);
 }
 
+/*
+ * Drops peermem's watch-pin cache: deregistered nv_mem ranges whose pin
+ * with the free callback peermem keeps for the next registration of the
+ * range by the same process (docs/module.md, "The watch-pin cache").
+ * "Nothing pinned" is checked after it; what the cache itself does is
+ * t_peermem_wcache's. Nothing happens without the file (an older module).
+ */
+static void pm_flush(void)
+{
+	write_str(PMDBG "watch_cache_flush", "1");
+}
+
+/* Entries in the watch-pin cache right now. */
+static long long pm_cached(void)
+{
+	return pmc(PMDBG, "watch_cache_parked") - pmc(PMDBG, "watch_cache_hits") -
+	       pmc(PMDBG, "watch_cache_evicted");
+}
+
 /* The client of directory dir holds nothing (and its counters are readable). */
 static int pmc_idle(const char *dir)
 {
+	pm_flush();
 	return pmc(dir, "registrations_acquired") >= 0 &&
 	       pmc_live_regs(dir) == 0 && pmc_live_pins(dir) == 0 &&
 	       pmc_live_maps(dir) == 0 && pmc_live_objects(dir) == 0 &&

@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The watch-pin cache (issue 26): deregistered `nv_mem` registrations
+//! whose watch pin (the pin with the free callback) and address watch are
+//! kept, so that registering the same range again in the same process
+//! takes only the keeper: one pin where nvidia-peermem takes two, and no
+//! new registration object, address watch or registry entry.
+//!
+//! What an entry holds, and what it does not: the watch pin keeps no GPU
+//! memory from being freed (its free callback comes at the free, and drops
+//! the entry: [`super::registration::gpu_freed`]), and the keeper, which
+//! does keep memory, is put at every deregistration as before. An entry
+//! holds BAR1 space (the pin's mapping), bounded here in entries and bytes
+//! (`watch_cache`, `watch_cache_mib`). The address watch keeps running: an
+//! unmap or move of the range drops the entry (its notifier marks the
+//! watch fired before the unmapping call returns, so a later registration
+//! of the address never takes it). Process exit leaves the entry until its
+//! memory is freed (at the latest when the GPU driver tears the process's
+//! memory down), the cache needs the room, or peermem unloads.
+//!
+//! Entries live in a small table in a `static` under the C glue's global
+//! spinlock (never held across anything but the table's own work, never
+//! together with another guard of that lock). A registration is in the
+//! table only while its `parked` mark is set (under its own lock); the
+//! table's reference belongs to whoever takes the entry out of the table.
+
+use super::registration::{self, Registration};
+use crate::kapi::debugfs::Action;
+use crate::kapi::global_lock::EventsLocked;
+use crate::kapi::{mm, module_param};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+/// The most entries `watch_cache` may ask for (the table's size).
+pub(crate) const MAX_ENTRIES: u32 = 64;
+/// The most MiB `watch_cache_mib` may ask for (1 TiB).
+pub(crate) const MAX_MIB: u32 = 1 << 20;
+
+/// Entries allowed (`watch_cache`; 0: the cache is off). Set at load.
+static LIMIT_ENTRIES: AtomicU32 = AtomicU32::new(0);
+/// Bytes allowed (`watch_cache_mib`). Set at load.
+static LIMIT_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// One parked registration.
+struct Entry {
+    /// The registering address space ([`mm::current_key`]); the started
+    /// address watch keeps its `mm_struct`, so the key is not reused.
+    mm: usize,
+    addr: u64,
+    len: u64,
+    /// GPU memory its watch pin covers (the aligned range).
+    bytes: u64,
+    /// When it was parked: the smallest goes first.
+    stamp: u64,
+    reg: Arc<Registration>,
+}
+
+const NONE: Option<Entry> = None;
+
+/// The cache's table.
+struct Table {
+    slots: [Option<Entry>; MAX_ENTRIES as usize],
+    /// Entries in `slots`.
+    entries: u32,
+    /// Sum of the entries' `bytes`.
+    bytes: u64,
+    /// The next stamp.
+    clock: u64,
+}
+
+impl Table {
+    /// Takes out slot `i`'s entry.
+    fn take_slot(&mut self, i: usize) -> Option<Arc<Registration>> {
+        let e = self.slots.get_mut(i)?.take()?;
+        self.entries -= 1;
+        self.bytes -= e.bytes;
+        Some(e.reg)
+    }
+
+    /// Takes out the oldest entry, if any.
+    fn take_oldest(&mut self) -> Option<Arc<Registration>> {
+        let i = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|e| (i, e.stamp)))
+            .min_by_key(|&(_, stamp)| stamp)?
+            .0;
+        self.take_slot(i)
+    }
+
+    /// Takes out the first entry, if any.
+    fn take_any(&mut self) -> Option<Arc<Registration>> {
+        let i = self.slots.iter().position(|s| s.is_some())?;
+        self.take_slot(i)
+    }
+
+    /// Whether one more entry of `bytes` fits the limits.
+    fn fits(&self, bytes: u64) -> bool {
+        self.entries < LIMIT_ENTRIES.load(Ordering::Relaxed)
+            && self.bytes.saturating_add(bytes) <= LIMIT_BYTES.load(Ordering::Relaxed)
+    }
+}
+
+static TABLE: EventsLocked<Table> = EventsLocked::new(Table {
+    slots: [NONE; MAX_ENTRIES as usize],
+    entries: 0,
+    bytes: 0,
+    clock: 0,
+});
+
+/// Reads and checks `watch_cache` and `watch_cache_mib` at load; `EINVAL`
+/// (logged) if out of range.
+pub(crate) fn setup() -> Result {
+    let entries = module_param::watch_cache();
+    let mib = module_param::watch_cache_mib();
+    if entries > MAX_ENTRIES {
+        pr_err!(
+            "watch_cache={} is out of range; load peermem with a value from 0 (no cache) to {}\n",
+            entries,
+            MAX_ENTRIES
+        );
+        return Err(EINVAL);
+    }
+    if mib > MAX_MIB {
+        pr_err!(
+            "watch_cache_mib={} is out of range; load peermem with a value from 0 to {}\n",
+            mib,
+            MAX_MIB
+        );
+        return Err(EINVAL);
+    }
+    LIMIT_BYTES.store(u64::from(mib) << 20, Ordering::Relaxed);
+    LIMIT_ENTRIES.store(if mib == 0 { 0 } else { entries }, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether deregistered ranges may be parked.
+pub(crate) fn enabled() -> bool {
+    LIMIT_ENTRIES.load(Ordering::Relaxed) != 0
+}
+
+/// Takes the entry of `[addr, addr + len)` of the caller's address space,
+/// if there is one; it is the caller's then (its `parked` mark still set).
+pub(crate) fn take(addr: u64, len: u64) -> Option<Arc<Registration>> {
+    if !enabled() {
+        return None;
+    }
+    let mm = mm::current_key();
+    if mm == 0 {
+        return None;
+    }
+    let mut t = TABLE.lock();
+    let i = t.slots.iter().position(|s| {
+        s.as_ref()
+            .is_some_and(|e| e.mm == mm && e.addr == addr && e.len == len)
+    })?;
+    t.take_slot(i)
+}
+
+/// Takes `reg`'s entry out, if it is still in the table.
+pub(crate) fn remove(reg: &Registration) -> Option<Arc<Registration>> {
+    let mut t = TABLE.lock();
+    let i = t.slots.iter().position(|s| {
+        s.as_ref()
+            .is_some_and(|e| core::ptr::eq::<Registration>(&*e.reg, reg))
+    })?;
+    t.take_slot(i)
+}
+
+/// Makes room for an entry of `bytes`: drops the oldest entries until it
+/// fits. `false` if it can never fit.
+fn make_room(bytes: u64) -> bool {
+    if bytes > LIMIT_BYTES.load(Ordering::Relaxed) {
+        return false;
+    }
+    loop {
+        let victim = {
+            let mut t = TABLE.lock();
+            if t.fits(bytes) {
+                return true;
+            }
+            t.take_oldest()
+        };
+        match victim {
+            // Outside the lock: puts the watch pin.
+            Some(v) => registration::drop_parked(v),
+            None => return false,
+        }
+    }
+}
+
+/// Inserts `reg` (called by [`registration::park`] under `reg`'s lock,
+/// which it takes before this lock). `false`: no room (another thread
+/// parked meanwhile); nothing inserted.
+pub(super) fn insert(reg: &Arc<Registration>, mm: usize, addr: u64, len: u64, bytes: u64) -> bool {
+    let mut t = TABLE.lock();
+    if !t.fits(bytes) {
+        return false;
+    }
+    let Some(i) = t.slots.iter().position(|s| s.is_none()) else {
+        return false;
+    };
+    let stamp = t.clock;
+    t.clock += 1;
+    t.slots[i] = Some(Entry {
+        mm,
+        addr,
+        len,
+        bytes,
+        stamp,
+        reg: reg.clone(),
+    });
+    t.entries += 1;
+    t.bytes += bytes;
+    true
+}
+
+/// `release` of a registration that may be parked: parks it (making room
+/// first), or puts its watch pin as before.
+pub(crate) fn park_or_drop(reg: Arc<Registration>) {
+    if make_room(registration::parked_bytes(&reg)) && registration::park(&reg) {
+        return;
+    }
+    registration::drop_unparked(reg);
+}
+
+/// Drops every entry (their watch pins put); returns how many. For unload
+/// (after the core released every registration, before the work queue
+/// goes), the `watch_cache_flush` debugfs file, and a pin that failed.
+pub(crate) fn drain() -> u32 {
+    let mut n = 0;
+    loop {
+        // The guard goes at the end of this statement: never held below.
+        let reg = TABLE.lock().take_any();
+        let Some(reg) = reg else {
+            return n;
+        };
+        registration::drop_parked(reg);
+        n += 1;
+    }
+}
+
+/// The `watch_cache_flush` debugfs file: drops every entry.
+pub(crate) struct Flush;
+
+impl Action for Flush {
+    fn run() {
+        drain();
+    }
+}
