@@ -763,10 +763,17 @@ static ssize_t peermem_action_write(struct file *file, const char __user *buf,
 				    size_t len, loff_t *ppos)
 {
 	peermem_action_t action = file->private_data;
+	char text[16] = "";
 	unsigned int v;
+	ssize_t n;
 	int ret;
 
-	ret = kstrtouint_from_user(buf, len, 0, &v);
+	if (*ppos || len >= sizeof(text))
+		return -EINVAL;
+	n = simple_write_to_buffer(text, sizeof(text) - 1, ppos, buf, len);
+	if (n < 0)
+		return n;
+	ret = kstrtouint(text, 0, &v);
 	if (ret)
 		return ret;
 	if (v != 1)

@@ -156,6 +156,12 @@ static void fault_reg(struct gmem *g, const char *const *gpu_fail, const char *w
 		struct ibv_mr *mr;
 		int e;
 
+		/*
+		 * Every step registers afresh: still_works() leaves the range
+		 * in the watch-pin cache, whose hit would skip the pin with the
+		 * free callback and peermem's allocations.
+		 */
+		pm_flush();
 		gs_arm(gpu_fail, "1");
 		fnth_set(t.steps);
 		mr = ibv_reg_mr(c.pd, g->p, LEN, MR_ACCESS);

@@ -259,6 +259,57 @@ int main(void)
 	gmem_drop(&g4);
 	ok(wait_for(all_idle, 10), "free during a hit: nothing cached, pinned or left");
 
+	/* munmap while a hit waits for its keeper: the registration fails (EFAULT), nothing held. */
+	if (gmem_alloc(fd, LEN, &g4))
+		bail("gpusim allocation failed");
+	ok(reg_dereg(&c, g4.p, LEN) == 0 && pm_cached() == 1, "munmap during a hit: cached");
+	{
+		struct keeper_race r = { .c = &c, .p = g4.p };
+		pthread_t t;
+		long long entered = read_ll(PMDBG "inject/inject_delay_acquire_ms.entered");
+		long long stale0 = pm("registrations_stale");
+
+		write_str(PMDBG "inject_delay_acquire_ms", "500");
+		hits0 = pm("watch_cache_hits");
+		pthread_create(&t, NULL, race_reg, &r);
+		while (read_ll(PMDBG "inject/inject_delay_acquire_ms.entered") == entered)
+			usleep(2000);
+		rc = munmap(g4.p, LEN);
+		pthread_join(t, NULL);
+		write_str(PMDBG "inject_delay_acquire_ms", "0");
+		hits0 = pm("watch_cache_hits") - hits0;
+		stale0 = pm("registrations_stale") - stale0;
+		ok(rc == 0 && hits0 == 1 && !r.mr && r.err == EFAULT && stale0 == 1,
+		   "munmap during a hit: the registration fails with EFAULT, counted stale (hits %+lld, stale %+lld, errno %d)",
+		   hits0, stale0, r.err);
+		if (r.mr)
+			ibv_dereg_mr(r.mr);
+	}
+	g4.p = NULL;
+	gmem_free(fd, &g4);
+	ok(wait_for(all_idle, 10) && pm_cached() == 0, "munmap during a hit: nothing cached, pinned or left");
+
+	/* GPU free while release runs (before it parks): not cached, nothing left. */
+	if (gmem_alloc(fd, LEN, &g4))
+		bail("gpusim allocation failed");
+	mr = ibv_reg_mr(c.pd, g4.p, LEN, MR_ACCESS);
+	{
+		struct race fr = { .fd = fd, .g = g4, .free_after = 200000 };
+		pthread_t t;
+
+		park0 = pm("watch_cache_parked");
+		write_str(PMDBG "inject_delay_release_ms", "600");
+		pthread_create(&t, NULL, race_free, &fr);
+		rc = mr ? ibv_dereg_mr(mr) : -1;
+		pthread_join(t, NULL);
+		write_str(PMDBG "inject_delay_release_ms", "0");
+		park0 = pm("watch_cache_parked") - park0;
+		ok(mr && rc == 0 && fr.free_ret == 0 && park0 == 0,
+		   "GPU free during release: the deregistration succeeds, nothing parked (parked %+lld)", park0);
+	}
+	gmem_drop(&g4);
+	ok(wait_for(all_idle, 10), "GPU free during release: nothing cached, pinned or left");
+
 	/* Process exit with an entry cached: the memory goes with the process, and the entry with it. */
 	fflush(stdout);
 	pid = fork();
