@@ -764,15 +764,19 @@ static ssize_t peermem_action_write(struct file *file, const char __user *buf,
 {
 	peermem_action_t action = file->private_data;
 	char text[16] = "";
+	loff_t pos = 0;
 	unsigned int v;
 	ssize_t n;
 	int ret;
 
-	if (*ppos || len >= sizeof(text))
+	/* Each write is a whole value ("1" or "1\n"), wherever the file position is. */
+	if (len >= sizeof(text))
 		return -EINVAL;
-	n = simple_write_to_buffer(text, sizeof(text) - 1, ppos, buf, len);
+	n = simple_write_to_buffer(text, sizeof(text) - 1, &pos, buf, len);
 	if (n < 0)
 		return n;
+	if (n != len)
+		return -EFAULT;
 	ret = kstrtouint(text, 0, &v);
 	if (ret)
 		return ret;

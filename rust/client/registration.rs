@@ -715,21 +715,33 @@ pub(super) fn parked_bytes(reg: &Registration) -> u64 {
     reg.range.aligned_len()
 }
 
-/// Parks `reg` in the watch-pin cache if it can be reused: given back
-/// whole by the core (`Unpinned`: the keeper put), not freed, revoked or
-/// moved, its watch pin held and its address watch not fired. `false`:
-/// not parked (the caller puts the watch pin).
+/// Whether `reg` (its lock held: `g`) can be parked: given back whole by
+/// the core (`Unpinned`: the keeper put), not freed, revoked or moved, its
+/// watch pin held, its address watch not fired, and released from its own
+/// address space (not by the process's exit, whose address space is gone:
+/// its key could never match again).
+fn parkable(reg: &Registration, g: &Inner) -> bool {
+    let fired = reg.watch.as_ref().is_none_or(|w| w.has_fired());
+    !fired
+        && !g.gpu_freed
+        && !g.revoked
+        && g.invalidating == 0
+        && g.ticket.is_none()
+        && matches!(g.phase, Phase::Unpinned)
+        && matches!(g.watch_pin, WatchPin::Held(_))
+        && mm::current_key() == reg.mm_key
+}
+
+/// [`parkable`], taking the lock (before the cache makes room for it).
+pub(super) fn may_be_parked(reg: &Registration) -> bool {
+    parkable(reg, &reg.inner.lock())
+}
+
+/// Parks `reg` in the watch-pin cache if it can be reused ([`parkable`]).
+/// `false`: not parked (the caller puts the watch pin).
 pub(super) fn park(reg: &Arc<Registration>) -> bool {
     let mut g = reg.inner.lock();
-    let fired = reg.watch.as_ref().is_none_or(|w| w.has_fired());
-    if fired
-        || g.gpu_freed
-        || g.revoked
-        || g.invalidating != 0
-        || g.ticket.is_some()
-        || !matches!(g.phase, Phase::Unpinned)
-        || !matches!(g.watch_pin, WatchPin::Held(_))
-    {
+    if !parkable(reg, &g) {
         return false;
     }
     // Under this lock, so that a free callback that comes next sees the
@@ -838,8 +850,12 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
         // In the watch-pin cache: the work item takes it out.
         if let Some(work) = &reg.revoke_work {
             // SAFETY: `reg` owns the item; the registration lock is held
-            // and it is parked, which unload undoes (under this lock) for
-            // every entry before it tears the work queue down.
+            // and it is marked parked. Every path that takes an entry out
+            // of the cache clears the mark under this lock: at unload the
+            // drain does so before it returns, and the work queue is torn
+            // down after that; this work item (`revoke`) clears it in the
+            // same critical section as it takes the entry out; hits end
+            // before unload begins.
             unsafe { work.queue(reg.clone()) };
         }
     }
@@ -888,10 +904,23 @@ fn revoke(reg: Arc<Registration>, why: Revocation) {
     let stats = reg.stats();
     // A parked registration whose memory was freed or range unmapped:
     // out of the cache (a registration that took it meanwhile sees the
-    // mark and pins afresh).
-    if reg.inner.lock().parked {
-        if let Some(parked) = wcache::remove(&reg) {
-            drop_parked(parked);
+    // mark and pins afresh). Taken out of the table and unmarked in one
+    // critical section, so that no free callback queues this work item
+    // again once it is out of the table (at unload the drain has returned
+    // and the work queue is being torn down).
+    let unparked = {
+        let mut g = reg.inner.lock();
+        if !g.parked {
+            None
+        } else {
+            g.parked = false;
+            Some(wcache::remove(&reg))
+        }
+    };
+    if let Some(taken) = unparked {
+        if let Some(parked) = taken {
+            reg.stats().watch_cache_evicted.inc();
+            drop_unparked(parked);
         }
         return;
     }

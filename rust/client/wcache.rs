@@ -196,7 +196,13 @@ fn make_room(bytes: u64) -> bool {
 /// parked meanwhile); nothing inserted.
 pub(super) fn insert(reg: &Arc<Registration>, mm: usize, addr: u64, len: u64, bytes: u64) -> bool {
     let mut t = TABLE.lock();
-    if !t.fits(bytes) {
+    // One entry per range and address space (two registrations of it at
+    // once: the second to go is not kept).
+    let dup = t.slots.iter().any(|s| {
+        s.as_ref()
+            .is_some_and(|e| e.mm == mm && e.addr == addr && e.len == len)
+    });
+    if dup || !t.fits(bytes) {
         return false;
     }
     let Some(i) = t.slots.iter().position(|s| s.is_none()) else {
@@ -220,7 +226,11 @@ pub(super) fn insert(reg: &Arc<Registration>, mm: usize, addr: u64, len: u64, by
 /// `release` of a registration that may be parked: parks it (making room
 /// first), or puts its watch pin as before.
 pub(crate) fn park_or_drop(reg: Arc<Registration>) {
-    if make_room(registration::parked_bytes(&reg)) && registration::park(&reg) {
+    // Room is made (older entries put) only for one that can be parked.
+    if registration::may_be_parked(&reg)
+        && make_room(registration::parked_bytes(&reg))
+        && registration::park(&reg)
+    {
         return;
     }
     registration::drop_unparked(reg);

@@ -147,8 +147,36 @@ int main(void)
 	ok(pm("watch_cache_hits") == hits0,
 	   "another process registering the same address is no hit (child status %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 
+	/* Two registrations of the range at once: one hit, one not; one entry kept. */
+	{
+		struct ibv_mr *m1, *m2;
+		long long pins;
+
+		hits0 = pm("watch_cache_hits");
+		m1 = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+		m2 = ibv_reg_mr(c.pd, g.p, LEN, MR_ACCESS);
+		hits0 = pm("watch_cache_hits") - hits0;
+		rc = (m1 ? ibv_dereg_mr(m1) : -1) | (m2 ? ibv_dereg_mr(m2) : -1);
+		pins = gs("live_pins");
+		ok(m1 && m2 && rc == 0 && hits0 == 1 && pins == 2 && pm_cached() == 2,
+		   "the range registered twice at once: one hit, and once both are deregistered one entry for it (pins %lld: it and the other range's; hits %+lld)",
+		   pins, hits0);
+	}
+
 	/* The flush file: 1 drops every entry, anything else is refused. */
 	ok(write_str(PMDBG "watch_cache_flush", "2") == -EINVAL, "watch_cache_flush: 2 is refused with EINVAL");
+	{
+		int f = open(PMDBG "watch_cache_flush", O_WRONLY);
+
+		ok(f >= 0 && write(f, "0\n", 2) < 0 && errno == EINVAL && write(f, "x", 1) < 0 &&
+		   errno == EINVAL && write(f, "1\n", 2) == 2 && write(f, "1\n", 2) == 2,
+		   "watch_cache_flush: each write is a whole value (\"1\\n\" twice on one open file works; 0 and junk are refused)");
+		if (f >= 0)
+			close(f);
+		/* Cache the two ranges again for the flush below. */
+		reg_dereg(&c, g.p, LEN);
+		reg_dereg(&c, g.p + GPU_PAGE, LEN - GPU_PAGE);
+	}
 	ev0 = pm("watch_cache_evicted");
 	rc = write_str(PMDBG "watch_cache_flush", "1");
 	ev0 = pm("watch_cache_evicted") - ev0;
@@ -327,6 +355,21 @@ int main(void)
 	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0 && wait_for(no_entries, 10) && wait_for(all_idle, 10),
 	   "process exit with an entry cached: its memory is freed and the entry dropped (child status %d)",
 	   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+
+	/* A process exiting with a live registration: its release (the exit's) parks nothing. */
+	for (int first = 1; first >= 0; first--) {
+		/*
+		 * /dev/gpusim opened first: the exit releases the MR before
+		 * the memory goes (its file is put last), so only the check
+		 * of the releasing address space keeps it out of the cache.
+		 */
+		park0 = pm("watch_cache_parked");
+		st = exit_child_run(first, LEN, 5);
+		park0 = pm("watch_cache_parked") - park0;
+		ok(st == 0 && wait_for(all_idle, 10) && park0 == 0,
+		   "a process that exits holding its MR (/dev/gpusim opened %s): the exit releases it, nothing parked (parked %+lld; child status %d)",
+		   first ? "first" : "after the verbs device", park0, st);
+	}
 
 	/* Unload with entries cached: the pins are put, nothing leaks. */
 	if (gmem_alloc(fd, LEN, &g))
