@@ -18,5 +18,13 @@ all: $(BINS)
 t_%: t_%.c $(DEPS) $(GUEST_DIR)tap.h
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
+# x_*.c: programs run on request or by a host test, never by the guest
+# suite (tests/run-all.sh runs t_* only); the directory's Makefile says
+# what they are for.
+XBINS := $(patsubst %.c,%,$(wildcard x_*.c))
+all: $(XBINS)
+x_%: x_%.c $(DEPS) $(GUEST_DIR)tap.h
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+
 clean:
-	rm -f $(BINS)
+	rm -f $(BINS) $(XBINS)
