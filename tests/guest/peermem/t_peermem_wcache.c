@@ -54,6 +54,26 @@ static int reg_dereg(struct conn *c, void *p, size_t len)
 	return ibv_dereg_mr(mr) ? EIO : 0;
 }
 
+/* Free a gpusim allocation and drop its mapping. */
+static void gmem_gone(int fd, struct gmem *g)
+{
+	gmem_free(fd, g);
+	gmem_drop(g);
+}
+
+/* peermem loaded again with args; a new loopback and host MR of LEN bytes. */
+static int reload_with(const char *args, struct conn *c, uint8_t **h, struct ibv_mr **hmr)
+{
+	load_modules(args);
+	return gpusim_and_host_mr(c, LEN, h, hmr);
+}
+
+static void loopback_end(struct conn *c, struct ibv_mr *hmr)
+{
+	ibv_dereg_mr(hmr);
+	conn_close(c);
+}
+
 struct keeper_race {
 	struct conn *c;
 	void *p;
@@ -68,6 +88,55 @@ static void *race_reg(void *arg)
 	r->mr = ibv_reg_mr(r->c->pd, r->p, LEN, MR_ACCESS);
 	r->err = r->mr ? 0 : errno;
 	return NULL;
+}
+
+/*
+ * A registration taken from the cache was just revoked by `what` (counted
+ * in `counter`, which read `before`): once the revocation's work item
+ * ran, an RDMA READ through it fails. Deregisters it.
+ */
+static void hit_revoked(struct conn *c, struct ibv_mr *hmr, uint8_t *h, struct ibv_mr *mr, void *p,
+			const char *counter, long long before, const char *what)
+{
+	int settled = wait_for(pm_no_keepers, 10), st;
+	long long d = pm(counter) - before;
+
+	ok(settled && d == 1, "%s: the hit's MR is revoked (%s %+lld)", what, counter, d);
+	st = mr ? rdma_op_renew(c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)p, mr->rkey) : -1;
+	ok(st == IBV_WC_REM_ACCESS_ERR, "%s: an RDMA READ through it fails (status %d)", what, st);
+	if (mr)
+		ibv_dereg_mr(mr);
+}
+
+/* What happens while a hit waits for its keeper (during_hit()). */
+struct cause {
+	int fd;
+	struct gmem *g;
+	int unmap;	/* munmap the range; else free the memory */
+};
+
+/*
+ * Register [p, p + LEN) (a hit) in a thread held after its keeper pin
+ * (inject_delay_acquire_ms) while the cause runs: r holds the
+ * registration's outcome; returns the cause's (0 or -errno).
+ */
+static int during_hit(struct conn *c, void *p, struct keeper_race *r, const struct cause *ca)
+{
+	long long entered = read_ll(PMDBG "inject/inject_delay_acquire_ms.entered");
+	pthread_t t;
+	int rc;
+
+	r->c = c;
+	r->p = p;
+	r->mr = NULL;
+	write_str(PMDBG "inject_delay_acquire_ms", "500");
+	pthread_create(&t, NULL, race_reg, r);
+	while (read_ll(PMDBG "inject/inject_delay_acquire_ms.entered") == entered)
+		usleep(2000);
+	rc = ca->unmap ? (munmap(p, LEN) ? -errno : 0) : gmem_free(ca->fd, ca->g);
+	pthread_join(t, NULL);
+	write_str(PMDBG "inject_delay_acquire_ms", "0");
+	return rc;
 }
 
 int main(void)
@@ -229,13 +298,7 @@ int main(void)
 	mr = ibv_reg_mr(c.pd, g3.p, LEN, MR_ACCESS);
 	inv0 = pm("invalidations_mmu_notifier");
 	ok(mr && pm_cached() == 0 && munmap(g3.p, LEN) == 0, "revocation: a hit registered, then its range unmapped");
-	rc = wait_for(pm_no_keepers, 10);
-	inv0 = pm("invalidations_mmu_notifier") - inv0;
-	ok(rc && inv0 == 1, "revocation: the hit's MR is revoked by the munmap (invalidations_mmu_notifier %+lld)", inv0);
-	rc = mr ? rdma_op_renew(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)g3.p, mr->rkey) : -1;
-	ok(rc == IBV_WC_REM_ACCESS_ERR, "revocation: an RDMA READ through it fails (status %d)", rc);
-	if (mr)
-		ibv_dereg_mr(mr);
+	hit_revoked(&c, hmr, h, mr, g3.p, "invalidations_mmu_notifier", inv0, "revocation by munmap");
 	ok(pm_cached() == 0, "revocation: a revoked registration is not cached");
 	g3.p = NULL;
 	gmem_free(fd, &g3);
@@ -247,13 +310,8 @@ int main(void)
 	ok(reg_dereg(&c, g4.p, LEN) == 0 && (mr = ibv_reg_mr(c.pd, g4.p, LEN, MR_ACCESS)) != NULL &&
 	   pm_cached() == 0, "GPU free: a hit registered");
 	inv0 = pm("invalidations_gpu_free");
-	rc = gmem_free(fd, &g4) == 0 && wait_for(pm_no_keepers, 10);
-	inv0 = pm("invalidations_gpu_free") - inv0;
-	ok(rc && inv0 == 1, "GPU free: the hit's MR is revoked (invalidations_gpu_free %+lld)", inv0);
-	rc = mr ? rdma_op_renew(&c, IBV_WR_RDMA_READ, hmr, h, 4096, (uintptr_t)g4.p, mr->rkey) : -1;
-	ok(rc == IBV_WC_REM_ACCESS_ERR, "GPU free: an RDMA READ through it fails (status %d)", rc);
-	if (mr)
-		ibv_dereg_mr(mr);
+	ok(gmem_free(fd, &g4) == 0, "GPU free: the hit's memory freed");
+	hit_revoked(&c, hmr, h, mr, g4.p, "invalidations_gpu_free", inv0, "GPU free");
 	gmem_drop(&g4);
 	ok(pm_cached() == 0 && wait_for(all_idle, 10), "GPU free: nothing cached, pinned or left");
 
@@ -262,20 +320,13 @@ int main(void)
 		bail("gpusim allocation failed");
 	ok(reg_dereg(&c, g4.p, LEN) == 0 && pm_cached() == 1, "free during a hit: cached");
 	{
-		struct keeper_race r = { .c = &c, .p = g4.p };
-		pthread_t t;
-		long long entered = read_ll(PMDBG "inject/inject_delay_acquire_ms.entered");
+		struct cause ca = { .fd = fd, .g = &g4 };
+		struct keeper_race r;
 
-		write_str(PMDBG "inject_delay_acquire_ms", "500");
 		hits0 = pm("watch_cache_hits");
 		d0 = pm("registrations_declined");
-		pthread_create(&t, NULL, race_reg, &r);
-		while (read_ll(PMDBG "inject/inject_delay_acquire_ms.entered") == entered)
-			usleep(2000);
 		fcb0 = pm("free_callbacks");
-		rc = gmem_free(fd, &g4);
-		pthread_join(t, NULL);
-		write_str(PMDBG "inject_delay_acquire_ms", "0");
+		rc = during_hit(&c, g4.p, &r, &ca);
 		ok(rc == 0 && pm("watch_cache_hits") == hits0 + 1 && pm("free_callbacks") == fcb0 + 1 &&
 		   pm("registrations_declined") == d0 + 1 && pm_live_regs() == 0 && pm_live_keepers() == 0,
 		   "free during a hit: the hit, waiting for its keeper, is declined by %s when the memory is freed (callbacks %+lld, declined %+lld; the MR %s, errno %d)",
@@ -292,19 +343,12 @@ int main(void)
 		bail("gpusim allocation failed");
 	ok(reg_dereg(&c, g4.p, LEN) == 0 && pm_cached() == 1, "munmap during a hit: cached");
 	{
-		struct keeper_race r = { .c = &c, .p = g4.p };
-		pthread_t t;
-		long long entered = read_ll(PMDBG "inject/inject_delay_acquire_ms.entered");
+		struct cause ca = { .unmap = 1 };
+		struct keeper_race r;
 		long long stale0 = pm("registrations_stale");
 
-		write_str(PMDBG "inject_delay_acquire_ms", "500");
 		hits0 = pm("watch_cache_hits");
-		pthread_create(&t, NULL, race_reg, &r);
-		while (read_ll(PMDBG "inject/inject_delay_acquire_ms.entered") == entered)
-			usleep(2000);
-		rc = munmap(g4.p, LEN);
-		pthread_join(t, NULL);
-		write_str(PMDBG "inject_delay_acquire_ms", "0");
+		rc = during_hit(&c, g4.p, &r, &ca);
 		hits0 = pm("watch_cache_hits") - hits0;
 		stale0 = pm("registrations_stale") - stale0;
 		ok(rc == 0 && hits0 == 1 && !r.mr && r.err == EFAULT && stale0 == 1,
@@ -384,8 +428,7 @@ int main(void)
 	gmem_drop(&g);
 
 	/* The bounds. */
-	load_modules("watch_cache=2");
-	fd = gpusim_and_host_mr(&c, LEN, &h, &hmr);
+	fd = reload_with("watch_cache=2", &c, &h, &hmr);
 	{
 		struct gmem a, b, d;
 
@@ -402,19 +445,14 @@ int main(void)
 		hits0 = pm("watch_cache_hits");
 		ok(reg_dereg(&c, d.p, LEN) == 0 && pm("watch_cache_hits") == hits0 + 1,
 		   "watch_cache=2: the newest is still there (a hit)");
-		gmem_free(fd, &a);
-		gmem_free(fd, &b);
-		gmem_free(fd, &d);
-		gmem_drop(&a);
-		gmem_drop(&b);
-		gmem_drop(&d);
+		gmem_gone(fd, &a);
+		gmem_gone(fd, &b);
+		gmem_gone(fd, &d);
 	}
 	ok(wait_for(all_idle, 10), "watch_cache=2: nothing left after the frees");
-	ibv_dereg_mr(hmr);
-	conn_close(&c);
+	loopback_end(&c, hmr);
 
-	load_modules("watch_cache_mib=1");
-	fd = gpusim_and_host_mr(&c, LEN, &h, &hmr);
+	fd = reload_with("watch_cache_mib=1", &c, &h, &hmr);
 	if (gmem_alloc(fd, 2 * LEN, &g))
 		bail("gpusim allocation failed");
 	park0 = pm("watch_cache_parked");
@@ -422,24 +460,19 @@ int main(void)
 	   "watch_cache_mib=1: a 2 MiB range is not cached (its pins put)");
 	ok(reg_dereg(&c, g.p, LEN) == 0 && pm("watch_cache_parked") == park0 + 1,
 	   "watch_cache_mib=1: a 1 MiB range is");
-	gmem_free(fd, &g);
-	gmem_drop(&g);
+	gmem_gone(fd, &g);
 	ok(wait_for(all_idle, 10), "watch_cache_mib=1: nothing left after the free");
-	ibv_dereg_mr(hmr);
-	conn_close(&c);
+	loopback_end(&c, hmr);
 
-	load_modules("watch_cache=0");
-	fd = gpusim_and_host_mr(&c, LEN, &h, &hmr);
+	fd = reload_with("watch_cache=0", &c, &h, &hmr);
 	if (gmem_alloc(fd, LEN, &g))
 		bail("gpusim allocation failed");
 	pins0 = pin_calls();
 	ok(reg_dereg(&c, g.p, LEN) == 0 && reg_dereg(&c, g.p, LEN) == 0 && pin_calls() == pins0 + 4 &&
 	   pm("watch_cache_parked") == 0 && gs("live_pins") == 0,
 	   "watch_cache=0: nothing cached, two pins per registration (%+lld for two)", pin_calls() - pins0);
-	gmem_free(fd, &g);
-	gmem_drop(&g);
-	ibv_dereg_mr(hmr);
-	conn_close(&c);
+	gmem_gone(fd, &g);
+	loopback_end(&c, hmr);
 
 	ok(run("rmmod peermem") == 0, "rmmod");
 	ok(run("insmod %s/peermem.ko watch_cache=65", root_dir()) != 0 &&
