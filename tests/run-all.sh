@@ -172,7 +172,7 @@ gtests=()
 # --kcsan: the programs that race, and nothing else (see the header).
 kcsan_programs=(tests/guest/pfnmap/t_peermem_matrix* tests/guest/soak/t_soak_short
 	tests/guest/peermem/t_peermem_events tests/guest/peermem/t_peermem_evfiles
-	tests/guest/peermem/t_peermem_rmrace tests/guest/e2e/t_*)
+	tests/guest/peermem/t_peermem_rmrace tests/guest/peermem/t_peermem_wcache tests/guest/e2e/t_*)
 kcsan_program() { local p; for p in "${kcsan_programs[@]}"; do [[ $1 == $p ]] && return 0; done; return 1; }
 if [ "$kcsan" = 0 ] && wanted vm; then
 	for t in tests/vm/t_*; do

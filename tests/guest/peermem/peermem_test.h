@@ -343,8 +343,13 @@ static void load_modules(const char *args)
 		snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
 	if (access(ko, R_OK))
 		bail("%s is missing: build it with make KDIR=...", ko);
-	if (run("insmod %s %s", ko, args ? args : ""))
-		bail("insmod peermem.ko %s failed", args ? args : "");
+	/*
+	 * PEERMEM_EXTRA_ARGS: more module arguments for every load (a run of
+	 * a program under another configuration, e.g. watch_cache=0; on
+	 * request, docs/testing.md).
+	 */
+	if (run("insmod %s %s %s", ko, args ? args : "", getenv("PEERMEM_EXTRA_ARGS") ?: ""))
+		bail("insmod peermem.ko %s %s failed", args ? args : "", getenv("PEERMEM_EXTRA_ARGS") ?: "");
 	f = fopen("/sys/module/peermem/parameters/peer_name", "r");
 	if (!f || !fgets(pm_name, sizeof(pm_name), f))
 		bail("cannot read peermem's peer_name");

@@ -440,13 +440,13 @@ static const char *client_args(enum client cl)
 
 static void reload(enum client cl)
 {
-	load_modules(client_args(cl));
+	load_modules(client_args(cl));	/* with PEERMEM_EXTRA_ARGS (peermem_test.h) */
 }
 
 /* After an unload: load peermem again as it was (finit_module: no process to start). */
 static void reload_fast(enum client cl)
 {
-	char ko[512];
+	char ko[512], args[256];
 	int fd;
 
 	double end = now_s() + slow_s(10);
@@ -461,7 +461,8 @@ static void reload_fast(enum client cl)
 	if (!ko[0])
 		snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
 	fd = open(ko, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || syscall(SYS_finit_module, fd, client_args(cl), 0))
+	snprintf(args, sizeof(args), "%s %s", client_args(cl), getenv("PEERMEM_EXTRA_ARGS") ?: "");
+	if (fd < 0 || syscall(SYS_finit_module, fd, args, 0))
 		bail("cannot load %s again: %s", ko, strerror(errno));
 	close(fd);
 	if (read_line("/sys/module/peermem/initstate", st, sizeof(st)) || strcmp(st, "live"))
