@@ -919,6 +919,9 @@ fn revoke(reg: Arc<Registration>, why: Revocation) {
     };
     if let Some(taken) = unparked {
         if let Some(parked) = taken {
+            // The window between taking the entry out and putting its pin
+            // (a free callback in it must not queue this work item again).
+            inject::DELAY_ADDRESS_CHANGE_MS.delay();
             reg.stats().watch_cache_evicted.inc();
             drop_unparked(parked);
         }

@@ -108,6 +108,21 @@ static void hit_revoked(struct conn *c, struct ibv_mr *hmr, uint8_t *h, struct i
 		ibv_dereg_mr(mr);
 }
 
+struct unload_race {
+	pthread_t t;
+	volatile int done;
+	int ret;
+};
+
+static void *unload_thread(void *arg)
+{
+	struct unload_race *u = arg;
+
+	u->ret = run("rmmod peermem");
+	u->done = 1;
+	return NULL;
+}
+
 /* What happens while a hit waits for its keeper (during_hit()). */
 struct cause {
 	int fd;
@@ -413,6 +428,46 @@ int main(void)
 		ok(st == 0 && wait_for(all_idle, 10) && park0 == 0,
 		   "a process that exits holding its MR (/dev/gpusim opened %s): the exit releases it, nothing parked (parked %+lld; child status %d)",
 		   first ? "first" : "after the verbs device", park0, st);
+	}
+
+	/*
+	 * Unload while an unmapped entry's work item holds it out of the table
+	 * (inject_delay_address_change_ms) and its memory is freed: the free
+	 * callback must not queue the work item again (the unload is tearing
+	 * the work queue down: a WARN, a leaked reference and an unload that
+	 * never ends, before aa157fe).
+	 */
+	{
+		struct unload_race u = { 0 };
+		long long entered = read_ll(PMDBG "inject/inject_delay_address_change_ms.entered");
+		double end;
+
+		if (gmem_alloc(fd, LEN, &g))
+			bail("gpusim allocation failed");
+		ok(reg_dereg(&c, g.p, LEN) == 0 && pm_cached() == 1, "unload during an entry's removal: cached");
+		ibv_dereg_mr(hmr);
+		conn_close(&c);
+		write_str(PMDBG "inject_delay_address_change_ms", "3000");
+		munmap(g.p, LEN);
+		end = now_s() + slow_s(10);
+		while (read_ll(PMDBG "inject/inject_delay_address_change_ms.entered") == entered && now_s() < end)
+			usleep(2000);
+		pthread_create(&u.t, NULL, unload_thread, &u);
+		/* Late in the window: rmmod is waiting for the work queue by then. */
+		usleep(2000000);
+		rc = gmem_free(fd, &g);
+		end = now_s() + slow_s(15);
+		while (!u.done && now_s() < end)
+			usleep(20000);
+		ok(rc == 0 && u.done && u.ret == 0,
+		   "unload during an entry's removal, its memory freed meanwhile: rmmod returns 0 (%s)",
+		   u.done ? "returned" : "still running");
+		if (!u.done)
+			bail("rmmod does not return: the rest would hang too");
+		pthread_join(u.t, NULL);
+		g.p = NULL;
+		load_modules(NULL);
+		fd = gpusim_and_host_mr(&c, LEN, &h, &hmr);
 	}
 
 	/* Unload with entries cached: the pins are put, nothing leaks. */
