@@ -782,10 +782,9 @@ fn unpark(reg: &Registration) -> Option<PageTable<Registration>> {
     let WatchPin::Held(pt) = core::mem::replace(&mut g.watch_pin, WatchPin::Pinning) else {
         return None;
     };
+    // `ticket` and `sgt` were cleared before it was parked (`parkable`, `park`).
     g.phase = Phase::New;
     g.keeper = false;
-    g.ticket = None;
-    g.sgt = None;
     g.read_only = false;
     Some(pt)
 }
@@ -922,8 +921,7 @@ fn revoke(reg: Arc<Registration>, why: Revocation) {
             // The window between taking the entry out and putting its pin
             // (a free callback in it must not queue this work item again).
             inject::DELAY_ADDRESS_CHANGE_MS.delay();
-            reg.stats().watch_cache_evicted.inc();
-            drop_unparked(parked);
+            drop_parked(parked);
         }
         return;
     }

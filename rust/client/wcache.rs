@@ -96,6 +96,14 @@ impl Table {
         self.take_slot(i)
     }
 
+    /// The slot of the entry of `[addr, addr + len)` of address space `mm`.
+    fn find(&self, mm: usize, addr: u64, len: u64) -> Option<usize> {
+        self.slots.iter().position(|s| {
+            s.as_ref()
+                .is_some_and(|e| e.mm == mm && e.addr == addr && e.len == len)
+        })
+    }
+
     /// Whether one more entry of `bytes` fits the limits.
     fn fits(&self, bytes: u64) -> bool {
         self.entries < LIMIT_ENTRIES.load(Ordering::Relaxed)
@@ -152,10 +160,7 @@ pub(crate) fn take(addr: u64, len: u64) -> Option<Arc<Registration>> {
         return None;
     }
     let mut t = TABLE.lock();
-    let i = t.slots.iter().position(|s| {
-        s.as_ref()
-            .is_some_and(|e| e.mm == mm && e.addr == addr && e.len == len)
-    })?;
+    let i = t.find(mm, addr, len)?;
     t.take_slot(i)
 }
 
@@ -198,11 +203,7 @@ pub(super) fn insert(reg: &Arc<Registration>, mm: usize, addr: u64, len: u64, by
     let mut t = TABLE.lock();
     // One entry per range and address space (two registrations of it at
     // once: the second to go is not kept).
-    let dup = t.slots.iter().any(|s| {
-        s.as_ref()
-            .is_some_and(|e| e.mm == mm && e.addr == addr && e.len == len)
-    });
-    if dup || !t.fits(bytes) {
+    if t.find(mm, addr, len).is_some() || !t.fits(bytes) {
         return false;
     }
     let Some(i) = t.slots.iter().position(|s| s.is_none()) else {
