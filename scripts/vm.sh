@@ -235,6 +235,10 @@ qemu=(qemu-system-x86_64 "${accel_args[@]}" -smp "$smp" -m "$mem"
 # PEERMEM_QEMU_PLUGIN=SO[,ARGS]: a TCG plugin for measurements
 # (tests/bench/insncount: guest instructions between two markers).
 [ -n "${PEERMEM_QEMU_PLUGIN:-}" ] && qemu+=(-plugin "$PEERMEM_QEMU_PLUGIN")
+# PEERMEM_QEMU_PERFMAP=1: QEMU writes /tmp/perf-<pid>.map, naming each piece
+# of translated code by the guest address it came from, so that a host
+# `perf record` of QEMU can be split by guest function (tests/bench/hostprof.py).
+[ "${PEERMEM_QEMU_PERFMAP:-0}" = 1 ] && qemu+=(-perfmap)
 
 # --- TAP output ----------------------------------------------------------
 tapn=0 npass=0 nfail=0 nskip=0

@@ -51,20 +51,43 @@ def main():
         if m:
             mods[m.group(1)].append((int(m.group(2), 16), m.group(3) + " [" + m.group(4) + "]"))
     dumps = []
+    vcpus = []          # per dump: [(instructions, blocks) per vCPU], busiest first
+    jcs = []            # per dump: (lookups, misses) of the jump-cache model, all vCPUs
+    splits = []         # per dump (fast=1): instructions in user space, the kernel's text, modules
     cur = None
     for line in open(dumps_path):
         if line.startswith("dump"):
             cur = []
+            vcpus.append([])
+            jcs.append([0, 0])
+            splits.append([0, 0, 0])
         elif line.startswith("end"):
             dumps.append(cur)
+            vcpus[-1].sort(reverse=True)
             cur = None
         elif cur is not None:
-            if line.startswith(("io ", "mem ", "slow ")):
+            if line.startswith("split "):
+                f = line.split()
+                for k in range(3):
+                    splits[-1][k] += int(f[2 + k])
+                continue
+            if line.startswith("jc "):
+                f = line.split()
+                jcs[-1][0] += int(f[2])
+                jcs[-1][1] += int(f[3])
+                continue
+            if line.startswith("vcpu "):
+                f = line.split()
+                vcpus[-1].append((int(f[2]), int(f[3])))
+                continue
+            if line.startswith(("io ", "mem ", "slow ", "tr ")):
                 continue
             f = line.split()
             cur.append((int(f[0], 16), int(f[1]), int(f[2]), int(f[3]) if len(f) > 3 else 0,
                         int(f[4]) if len(f) > 4 else 0,
-                        tuple(int(x) for x in f[5].split(",")) if len(f) > 5 else (0,) * 6))
+                        tuple(int(x) for x in f[5].split(",")) if len(f) > 5 else (0,) * 6,
+                        int(f[6]) if len(f) > 6 else 0,
+                        int(f[7]) if len(f) > 7 else 0, int(f[8]) if len(f) > 8 else 0))
     if len(dumps) != len(order):
         sys.exit(f"{len(dumps)} dumps, {len(order)} insns-dump lines: not the same run?")
     per_side = collections.defaultdict(list)   # side -> [Counter(sym -> insns/op)]
@@ -84,7 +107,8 @@ def main():
             cnt[syms[i][1] if i >= 0 else "?"] += n * c / nops
         per_side[side].append(cnt)
         grp = collections.Counter()
-        for a, n, c, *_ in blocks:
+        for b in blocks:
+            a, n, c = b[0], b[1], b[2]
             if a < 0xffff800000000000:
                 g = "user space"
             else:
@@ -95,11 +119,17 @@ def main():
                     if name == "queued_spin_lock_slowpath" else "kernel: the rest")
             grp[(g, "insns")] += n * c / nops
             grp[(g, "blocks")] += c / nops
+            grp[(g, "distinct")] += 1
+            grp[(g, "jc_lookups")] += b[7] / nops
+            grp[(g, "jc_misses")] += b[8] / nops
         groups[side].append(grp)
         blocks_run = sum(b[2] for b in blocks) / nops
         locked = sum(b[2] * b[3] for b in blocks) / nops
         flushes = sum(b[2] * b[4] for b in blocks) / nops
-        extra[side].append((blocks_run, locked, flushes))
+        exits = [0.0] * 4
+        for b in blocks:
+            exits[b[6]] += b[2] / nops
+        extra[side].append((blocks_run, locked, flushes, exits))
         slow = [0.0] * 6
         for b in blocks:
             for k in range(6):
@@ -110,7 +140,9 @@ def main():
                     slow_by[(side, SLOW[k], who)].append(b[2] * b[5][k] / nops)
         slows[side].append(slow)
     med = {}
-    for side, lst in per_side.items():
+    # fast=1 dumps have no per-block lines: only the per-vCPU sections.
+    blocks_seen = any(dumps)
+    for side, lst in (per_side.items() if blocks_seen else ()):
         names = set().union(*lst)
         med[side] = {s: statistics.median([c.get(s, 0) for c in lst]) for s in names}
         tots = [sum(c.values()) for c in lst]
@@ -118,7 +150,39 @@ def main():
               f"(passes: {', '.join(f'{t:.0f}' for t in tots)}); blocks run per operation "
               f"{statistics.median([e[0] for e in extra[side]]):.0f}, atomic (lock-prefixed) "
               f"instructions {statistics.median([e[1] for e in extra[side]]):.0f}, TLB-flushing "
-              f"(CR3 write, INVLPG, INVPCID) {statistics.median([e[2] for e in extra[side]]):.2f}")
+              f"(CR3 write, INVLPG, INVPCID) {statistics.median([e[2] for e in extra[side]]):.2f}; "
+              f"blocks ending in a return {statistics.median([e[3][1] for e in extra[side]]):.0f}, "
+              f"an indirect call or jump {statistics.median([e[3][2] for e in extra[side]]):.0f}, "
+              f"popf/sti/stac/clac {statistics.median([e[3][3] for e in extra[side]]):.0f}")
+    by_cpu = collections.defaultdict(list)
+    for (side, nops), v in zip(order, vcpus):
+        if v:
+            by_cpu[side].append([(i / nops, b / nops) for i, b in v])
+    if by_cpu:
+        print("\nby vCPU, busiest first (the one that ran the loop), instructions / blocks per operation:")
+        for side, lst in by_cpu.items():
+            print(f"  {side}: " + "; ".join(
+                " + ".join(f"{i:.0f} / {b:.0f}" for i, b in p) for p in lst))
+    by_split = collections.defaultdict(list)
+    for (side, nops), sp in zip(order, splits):
+        if any(sp):
+            by_split[side].append([x / nops for x in sp])
+    if by_split:
+        print("\nfast=1 (inline counters): instructions per operation, all vCPUs (user space + the kernel's text "
+              "+ modules), per pass:")
+        for side, lst in by_split.items():
+            print(f"  {side}: " + "; ".join(f"{sum(sp):.0f} ({sp[0]:.0f} + {sp[1]:.0f} + {sp[2]:.0f})"
+                                            for sp in lst))
+    by_jc = collections.defaultdict(list)
+    for (side, nops), (lk, ms) in zip(order, jcs):
+        if lk:
+            by_jc[side].append((lk / nops, ms / nops))
+    if by_jc:
+        print("\nQEMU's jump cache, modelled (4096 entries per vCPU): lookups / misses per operation, per pass:")
+        for side, lst in by_jc.items():
+            print(f"  {side}: " + "; ".join(f"{lk:.0f} / {ms:.0f}" for lk, ms in lst))
+    if not blocks_seen:
+        return
     if any(any(x for x in v) for l in slows.values() for v in l):
         print("\ninstructions TCG runs through a helper or a loop, per operation (median over the passes):")
         for side, lst in slows.items():
@@ -133,6 +197,15 @@ def main():
         print(f"  {side}: " + "; ".join(
             f"{g} {statistics.median([c.get((g, 'insns'), 0) for c in lst]):.0f} / "
             f"{statistics.median([c.get((g, 'blocks'), 0) for c in lst]):.0f}" for g in names))
+    if any(c.get((g, "jc_lookups"), 0) for lst in groups.values() for c in lst for g, _ in c):
+        print("\nby module (median over the passes): distinct blocks per pass; jump-cache lookups / misses "
+              "per operation (the model's)")
+        for side, lst in groups.items():
+            names = sorted({g for c in lst for g, _ in c})
+            print(f"  {side}: " + "; ".join(
+                f"{g} {statistics.median([c.get((g, 'distinct'), 0) for c in lst]):.0f}; "
+                f"{statistics.median([c.get((g, 'jc_lookups'), 0) for c in lst]):.0f} / "
+                f"{statistics.median([c.get((g, 'jc_misses'), 0) for c in lst]):.0f}" for g in names))
     if side_a in med and side_b in med:
         a, b = med[side_a], med[side_b]
         ta, tb = sum(a.values()), sum(b.values())

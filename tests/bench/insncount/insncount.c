@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,20 @@ bool qemu_plugin_hwaddr_is_io(const struct qemu_plugin_hwaddr *haddr);
 uint64_t qemu_plugin_hwaddr_phys_addr(const struct qemu_plugin_hwaddr *haddr);
 size_t qemu_plugin_insn_data(const struct qemu_plugin_insn *insn, void *dest, size_t len);
 void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, udata_cb_t cb, void *userdata);
+/* Inline counters (QEMU 9.0 on): no call into the plugin per block. */
+struct qemu_plugin_scoreboard;
+enum qemu_plugin_op { QEMU_PLUGIN_INLINE_ADD_U64, QEMU_PLUGIN_INLINE_STORE_U64 };
+typedef struct {
+	struct qemu_plugin_scoreboard *score;
+	size_t offset;
+} qemu_plugin_u64;
+struct qemu_plugin_scoreboard *qemu_plugin_scoreboard_new(size_t element_size);
+void qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(struct qemu_plugin_tb *tb,
+							enum qemu_plugin_op op,
+							qemu_plugin_u64 entry, uint64_t imm);
+uint64_t qemu_plugin_u64_get(qemu_plugin_u64 entry, unsigned int vcpu_index);
+void qemu_plugin_u64_set(qemu_plugin_u64 entry, unsigned int vcpu_index, uint64_t val);
+int qemu_plugin_num_vcpus(void);
 
 EXPORT int qemu_plugin_version = 2;
 
@@ -77,6 +92,15 @@ struct block {
 	 * host instructions, by class (see slow_class()).
 	 */
 	uint8_t nslow[6];
+	/*
+	 * How the block ends (its last instruction): 0 anything else, 1 a
+	 * return, 2 an indirect call or jump (each a lookup of the next block
+	 * in QEMU: never chained), 3 popf, sti, stac or clac (which end
+	 * QEMU's block: the flags they change select how the next is run).
+	 */
+	uint8_t exit;
+	/* Lookups of this block, and misses, in the jump-cache model. */
+	uint64_t jc_lookups, jc_misses;
 	struct block *next;
 };
 
@@ -113,14 +137,74 @@ static unsigned int hpos[MAXVCPU];
 static struct slow_site {
 	uint64_t a1, a2, a3, count;
 } slow[NSLOW];
+/*
+ * fast=1: no callback per block (the guest runs at nearly its usual
+ * speed, so what depends on time, such as RCU's grace periods per
+ * operation, is as in a run without the plugin): only inline counters
+ * per vCPU of instructions and blocks, and of the instructions by where
+ * they run (user space, the kernel's text, module space), dumped as
+ * "vcpu" and "split" lines, no per-block lines.
+ */
+static bool fast;
+struct fast_counts {
+	uint64_t insns, blocks, user, kernel, module;
+};
+static struct qemu_plugin_scoreboard *fast_sb;
+#define FAST_FIELD(f) ((qemu_plugin_u64){ fast_sb, offsetof(struct fast_counts, f) })
+
 /* Blocks translated since the reset, and their instructions. */
 static uint64_t translated, translated_insns;
+/*
+ * A model of QEMU's per-vCPU jump cache (TB_JMP_CACHE_BITS 12: 4096
+ * entries indexed by a hash of the block's address; accel/tcg/tb-jmp-cache.h
+ * and tb-hash.h). QEMU chains a block to the next without a lookup when
+ * the jump is direct and stays in the page; every other transition (a
+ * return, an indirect jump or call, a jump to another page, a block that
+ * ends on popf/sti/stac/clac) looks the next block up in the jump cache,
+ * and in the global hash table when the cache's entry holds another
+ * block (a miss). Counted per vCPU: lookups, misses.
+ */
+#define JC_BITS 12
+#define JC_SIZE (1u << JC_BITS)
+static uint64_t jc[MAXVCPU][JC_SIZE];
+static uint64_t jc_prev[MAXVCPU];
+static uint8_t jc_prev_exit[MAXVCPU];
+static uint64_t jc_lookups[MAXVCPU], jc_misses[MAXVCPU];
+
+static unsigned int jc_hash(uint64_t pc)
+{
+	/* tb_jmp_cache_hash_func(): TB_JMP_ADDR_MASK, TB_JMP_PAGE_BITS 6 */
+	uint64_t tmp = pc ^ (pc >> (12 - 6));
+
+	return (unsigned int)(((tmp >> (12 - 6)) & (((JC_SIZE - 1) >> 6) << 6)) |
+			      (tmp & ((1u << 6) - 1)));
+}
+
+/* Instructions and blocks run since the reset, by vCPU. */
+static uint64_t vcpu_insns[MAXVCPU], vcpu_blocks[MAXVCPU];
 
 static void on_exec(unsigned int vcpu, void *udata)
 {
 	struct block *b = udata;
 
 	__atomic_fetch_add(&b->count, 1, __ATOMIC_RELAXED);
+	if (vcpu < MAXVCPU) {
+		__atomic_fetch_add(&vcpu_insns[vcpu], b->ninsns, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&vcpu_blocks[vcpu], 1, __ATOMIC_RELAXED);
+		if (jc_prev_exit[vcpu] || (jc_prev[vcpu] >> 12) != (b->vaddr >> 12)) {
+			unsigned int h = jc_hash(b->vaddr);
+
+			jc_lookups[vcpu]++;
+			__atomic_fetch_add(&b->jc_lookups, 1, __ATOMIC_RELAXED);
+			if (jc[vcpu][h] != b->vaddr) {
+				jc_misses[vcpu]++;
+				__atomic_fetch_add(&b->jc_misses, 1, __ATOMIC_RELAXED);
+				jc[vcpu][h] = b->vaddr;
+			}
+		}
+		jc_prev[vcpu] = b->vaddr;
+		jc_prev_exit[vcpu] = b->exit;
+	}
 	if (!slow_addr || vcpu >= MAXVCPU)
 		return;
 	if (b->vaddr == slow_addr) {
@@ -152,9 +236,26 @@ static void on_reset(unsigned int vcpu, void *udata)
 	(void)vcpu;
 	(void)udata;
 	pthread_mutex_lock(&lock);
-	for (struct block *b = blocks; b; b = b->next)
+	for (struct block *b = blocks; b; b = b->next) {
 		__atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&b->jc_lookups, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&b->jc_misses, 0, __ATOMIC_RELAXED);
+	}
 	translated = translated_insns = 0;
+	memset(jc_lookups, 0, sizeof(jc_lookups));
+	memset(jc_misses, 0, sizeof(jc_misses));
+	for (int i = 0; i < MAXVCPU; i++) {
+		__atomic_store_n(&vcpu_insns[i], 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&vcpu_blocks[i], 0, __ATOMIC_RELAXED);
+	}
+	if (fast)
+		for (int i = 0; i < qemu_plugin_num_vcpus(); i++) {
+			qemu_plugin_u64_set(FAST_FIELD(insns), i, 0);
+			qemu_plugin_u64_set(FAST_FIELD(blocks), i, 0);
+			qemu_plugin_u64_set(FAST_FIELD(user), i, 0);
+			qemu_plugin_u64_set(FAST_FIELD(kernel), i, 0);
+			qemu_plugin_u64_set(FAST_FIELD(module), i, 0);
+		}
 	memset(io, 0, sizeof(io));
 	memset(slow, 0, sizeof(slow));
 	io_lost = 0;
@@ -180,9 +281,10 @@ static void on_dump(unsigned int vcpu, void *udata)
 			uint64_t c = __atomic_load_n(&b->count, __ATOMIC_RELAXED);
 
 			if (c)
-				fprintf(f, "%" PRIx64 " %u %" PRIu64 " %u %u %u,%u,%u,%u,%u,%u\n", b->vaddr,
-					b->ninsns, c, b->nlock, b->nflush, b->nslow[0], b->nslow[1],
-					b->nslow[2], b->nslow[3], b->nslow[4], b->nslow[5]);
+				fprintf(f, "%" PRIx64 " %u %" PRIu64 " %u %u %u,%u,%u,%u,%u,%u %u %" PRIu64
+					" %" PRIu64 "\n", b->vaddr, b->ninsns, c, b->nlock, b->nflush,
+					b->nslow[0], b->nslow[1], b->nslow[2], b->nslow[3], b->nslow[4],
+					b->nslow[5], b->exit, b->jc_lookups, b->jc_misses);
 		}
 		for (int i = 0; i < NIO; i++)
 			if (io[i].count)
@@ -192,6 +294,31 @@ static void on_dump(unsigned int vcpu, void *udata)
 			if (slow[i].count)
 				fprintf(f, "slow %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIu64 "\n", slow[i].a1,
 					slow[i].a2, slow[i].a3, slow[i].count);
+		/* The blocks translated since the reset: the list's head. */
+		{
+			uint64_t k = 0;
+
+			for (struct block *b = blocks; b && k < translated; b = b->next, k++)
+				fprintf(f, "tr %" PRIx64 " %u\n", b->vaddr, b->ninsns);
+		}
+		for (int i = 0; fast && i < qemu_plugin_num_vcpus(); i++) {
+			uint64_t n = qemu_plugin_u64_get(FAST_FIELD(insns), i);
+
+			if (n)
+				fprintf(f, "vcpu %d %" PRIu64 " %" PRIu64 "\nsplit %d %" PRIu64 " %" PRIu64
+					" %" PRIu64 "\n", i, n, qemu_plugin_u64_get(FAST_FIELD(blocks), i), i,
+					qemu_plugin_u64_get(FAST_FIELD(user), i),
+					qemu_plugin_u64_get(FAST_FIELD(kernel), i),
+					qemu_plugin_u64_get(FAST_FIELD(module), i));
+		}
+		for (int i = 0; i < MAXVCPU; i++) {
+			uint64_t n = __atomic_load_n(&vcpu_insns[i], __ATOMIC_RELAXED);
+
+			if (n)
+				fprintf(f, "vcpu %d %" PRIu64 " %" PRIu64 "\njc %d %" PRIu64 " %" PRIu64 "\n",
+					i, n, __atomic_load_n(&vcpu_blocks[i], __ATOMIC_RELAXED), i,
+					jc_lookups[i], jc_misses[i]);
+		}
 		if (mem)
 			fprintf(f, "mem %" PRIu64 " io_lost %" PRIu64 " pages %" PRIu64 " pages_lost %" PRIu64 "\n",
 				__atomic_load_n(&mem_accesses, __ATOMIC_RELAXED), io_lost, pages_distinct,
@@ -293,6 +420,27 @@ static int slow_class(const uint8_t *p, size_t len)
 	return -1;
 }
 
+/* The block-exit kind of its last instruction (struct block's exit). */
+static uint8_t exit_kind(const uint8_t *p, size_t len)
+{
+	size_t j = 0;
+
+	while (j < len && (p[j] == 0x66 || p[j] == 0x67 || p[j] == 0xf2 || p[j] == 0xf3 ||
+			   p[j] == 0x2e || p[j] == 0x3e || (p[j] & 0xf0) == 0x40))
+		j++;
+	if (j >= len)
+		return 0;
+	if (p[j] == 0xc3 || p[j] == 0xc2)
+		return 1;
+	if (p[j] == 0xff && j + 1 < len && ((p[j + 1] >> 3) & 7) >= 2 && ((p[j + 1] >> 3) & 7) <= 5)
+		return 2;
+	if (p[j] == 0x9d || p[j] == 0xfb)
+		return 3;
+	if (p[j] == 0x0f && j + 2 < len && p[j + 1] == 0x01 && (p[j + 2] == 0xca || p[j + 2] == 0xcb))
+		return 3;
+	return 0;
+}
+
 static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	static const uint8_t reset[3] = { 0x4d, 0x87, 0xed }, dump[3] = { 0x4d, 0x87, 0xf6 };
@@ -310,7 +458,21 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	translated++;
 	translated_insns += n;
 	pthread_mutex_unlock(&lock);
-	qemu_plugin_register_vcpu_tb_exec_cb(tb, on_exec, CB_NO_REGS, b);
+	if (fast) {
+		/* x86-64: module space from 0xffffffffa0000000, the kernel's text below it. */
+		qemu_plugin_u64 where = b->vaddr < 0xffff800000000000ULL ? FAST_FIELD(user) :
+					b->vaddr >= 0xffffffffa0000000ULL ? FAST_FIELD(module) :
+									     FAST_FIELD(kernel);
+
+		qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64,
+								  FAST_FIELD(insns), n);
+		qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64,
+								  FAST_FIELD(blocks), 1);
+		qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64,
+								  where, n);
+	} else {
+		qemu_plugin_register_vcpu_tb_exec_cb(tb, on_exec, CB_NO_REGS, b);
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint8_t d[3] = { 0 };
@@ -320,6 +482,8 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 
 		if (cls >= 0 && b->nslow[cls] < 255)
 			b->nslow[cls]++;
+		if (i == n - 1)
+			b->exit = exit_kind(p, len);
 
 		/*
 		 * After any prefixes: mov %reg,%cr3 (0f 22, ModRM reg 3, mod 11),
@@ -372,12 +536,23 @@ EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const void *info, int argc, 
 			out_path = argv[i] + 4;
 		else if (!strcmp(argv[i], "mem=1"))
 			mem = true;
+		else if (!strcmp(argv[i], "fast=1"))
+			fast = true;
 		else if (!strncmp(argv[i], "slow=", 5))
 			slow_addr = strtoull(argv[i] + 5, NULL, 16);
 	}
 	if (!out_path) {
 		fprintf(stderr, "insncount: out=FILE is required\n");
 		return -1;
+	}
+	if (fast && mem) {
+		fprintf(stderr, "insncount: fast=1 and mem=1 do not go together\n");
+		return -1;
+	}
+	if (fast) {
+		fast_sb = qemu_plugin_scoreboard_new(sizeof(struct fast_counts));
+		if (!fast_sb)
+			return -1;
 	}
 	if (mem) {
 		pages_seen = calloc(NPAGES, sizeof(*pages_seen));
