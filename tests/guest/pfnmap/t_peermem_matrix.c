@@ -75,7 +75,7 @@
  * whole matrix on request (PEERMEM_MATRIX_FULL=1).
  */
 #define _GNU_SOURCE
-#include "pfnmap_test.h"
+#include "matrix_test.h"
 #include "../../../include/uapi/peermem.h"
 #include <sys/prctl.h>
 
@@ -83,17 +83,11 @@
 #define PLEN (1024 * 1024UL)	/* PFN: 1 MiB of the exporter's reserved buffer */
 #define WLEN 4096		/* the RDMA WRITE that must not land */
 
-enum cause { FREE, MUNMAP, MREMAP, MAPFIXED, FORK, EXIT, UNLOAD, ZAP, MPROTECT, NCAUSES };
-enum phase { ACQ, PREGP, GP, MAP, LIVE, UNMAP, PUT, REL, NPHASES };
 enum client { NVMEM, NC, PFN, NCLIENTS };
 #ifndef MATRIX_CLIENT
 #define MATRIX_CLIENT NVMEM
 #endif
 
-static const char *cause_name[] = { "gpu_free", "munmap", "mremap", "map_fixed", "fork",
-				    "exit", "unload", "zap", "mprotect" };
-static const char *phase_name[] = { "acquire", "pre-gp", "get_pages", "dma_map", "live",
-				    "dma_unmap", "put_pages", "release" };
 static const char *client_name[] = { "nv_mem", "nv_mem_nc", "pfn" };
 
 static const char *knob_of(enum phase p, enum client cl)
@@ -232,24 +226,16 @@ static int drain(const void *start, size_t len, unsigned int cause, int *bad)
 static int kernel_reports(const char *cell)
 {
 	char rec[2048];
+	const char *msg;
 	int n = 0;
-	ssize_t r;
 
-	if (kmsg < 0)
-		return 0;
-	while ((r = read(kmsg, rec, sizeof(rec) - 1)) != 0) {
-		if (r < 0) {
-			if (errno == EPIPE)
-				continue;
-			break;
-		}
-		rec[r] = 0;
-		if (strstr(rec, "BUG:") || strstr(rec, "WARNING:") || strstr(rec, "KCSAN") ||
-		    strstr(rec, "possible circular") || strstr(rec, "blocked for more than") ||
-		    strstr(rec, "Oops") || strstr(rec, "peermem: BUG") ||
-		    strstr(rec, "no longer holds") || strstr(rec, "inconsistent lock") ||
-		    strstr(rec, "kmemleak")) {
-			diag("%s: kernel: %s", cell, strchr(rec, ';') ? strchr(rec, ';') + 1 : rec);
+	while ((msg = kmsg_next(kmsg, rec, sizeof(rec)))) {
+		if (strstr(msg, "BUG:") || strstr(msg, "WARNING:") || strstr(msg, "KCSAN") ||
+		    strstr(msg, "possible circular") || strstr(msg, "blocked for more than") ||
+		    strstr(msg, "Oops") || strstr(msg, "peermem: BUG") ||
+		    strstr(msg, "no longer holds") || strstr(msg, "inconsistent lock") ||
+		    strstr(msg, "kmemleak")) {
+			diag("%s: kernel: %s", cell, msg);
 			n++;
 		}
 	}
@@ -292,42 +278,29 @@ static void knob_set(const char *knob, int ms)
 		     access("/sys/module/peermem", F_OK) ? "not loaded" : "loaded");
 }
 
-/* ---- the memory of one round ---- */
-
-struct mem {
-	enum client cl;
-	struct gmem g;		/* GPU */
-	uint8_t *p;		/* the registered address */
-	size_t len;
-	uint8_t *moved;		/* mremap's new address (a CPU view), or NULL */
-	int freed, unmapped;
-};
+/* ---- the memory of one round (struct mem: matrix_test.h) ---- */
 
 static void mem_get(struct mem *m, enum client cl)
 {
-	memset(m, 0, sizeof(*m));
-	m->cl = cl;
-	if (cl == PFN) {
-		m->len = PLEN;
-		fill(view, PLEN, 0x1111);
-		if (exporter_rw(efd, 1, 0, 0, view, PLEN))
-			bail("cannot write through the exporter's CPU view");
-		m->p = exporter_map(efd, PLEN, PROT_READ | PROT_WRITE, MAP_SHARED);
-		if (!m->p)
-			bail("mmap of the exporter: %s", strerror(errno));
-	} else {
-		m->len = GLEN;
-		if (gmem_alloc(gfd, GLEN, &m->g))
-			bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
-		m->p = m->g.p;
-		fill(m->p, GLEN, 0x1111);
+	if (cl != PFN) {
+		mem_get_gpu(m, gfd, GLEN);
+		return;
 	}
+	memset(m, 0, sizeof(*m));
+	m->pfn = 1;
+	m->len = PLEN;
+	fill(view, PLEN, 0x1111);
+	if (exporter_rw(efd, 1, 0, 0, view, PLEN))
+		bail("cannot write through the exporter's CPU view");
+	m->p = exporter_map(efd, PLEN, PROT_READ | PROT_WRITE, MAP_SHARED);
+	if (!m->p)
+		bail("mmap of the exporter: %s", strerror(errno));
 }
 
 /* What a CPU view of the memory shows is still the fill (no RDMA byte landed); -1: no view left. */
 static int mem_untouched(struct mem *m)
 {
-	if (m->cl == PFN) {
+	if (m->pfn) {
 		if (exporter_rw(efd, 0, 0, 0, view, PLEN))
 			return -1;
 		return check(view, PLEN, 0x1111);
@@ -339,19 +312,6 @@ static int mem_untouched(struct mem *m)
 	return -1;
 }
 
-static void mem_put(struct mem *m)
-{
-	if (m->moved)
-		munmap(m->moved, m->len);
-	else if (!m->unmapped)
-		munmap(m->p, m->len);
-	if (m->cl != PFN && !m->freed)
-		gmem_free(gfd, &m->g);
-	m->moved = NULL;
-	m->unmapped = 1;
-	m->freed = 1;
-}
-
 /* ---- the causes ---- */
 
 /* FORK: the window's knob, and whether it was still open when fork() returned. */
@@ -359,71 +319,24 @@ static const char *fork_knob;
 static long long fork_left0;
 static int fork_inside;
 
+static void fork_returned(void)
+{
+	fork_inside = !fork_knob || knob_count(fork_knob, "left") == fork_left0;
+}
+
 static int do_cause(enum cause ca, struct mem *m)
 {
-	void *q, *r;
-	pid_t pid;
-	int st;
-
 	switch (ca) {
-	case FREE:
-		m->freed = 1;
-		return gmem_free(gfd, &m->g);
-	case MUNMAP:
-		m->unmapped = 1;
-		return munmap(m->p, m->len) ? -errno : 0;
-	case MREMAP:
-		q = mmap(NULL, m->len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (q == MAP_FAILED)
-			return -errno;
-		r = mremap(m->p, m->len, m->len, MREMAP_MAYMOVE | MREMAP_FIXED, q);
-		if (r != q)
-			return -errno;
-		m->unmapped = 1;
-		m->moved = q;
-		return 0;
-	case MAPFIXED:
-		r = mmap(m->p, m->len, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS,
-			 -1, 0);
-		if (r != m->p)
-			return -errno;
-		munmap(r, m->len);
-		m->unmapped = 1;
-		return 0;
-	case FORK:
-		pid = fork();
-		if (pid == 0)
-			_exit(0);
-		if (pid < 0)
-			return -errno;
-		fork_inside = !fork_knob || knob_count(fork_knob, "left") == fork_left0;
-		return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st) ? 0 : -ECHILD;
 	case ZAP:
 		return ioctl(efd, PFNMAP_IOC_ZAP) ? -errno : 0;
 	case MPROTECT:
 		return mprotect(m->p, m->len, PROT_READ) ? -errno : 0;
 	default:
-		return -EINVAL;
+		return mem_cause(ca, m, gfd, fork_returned);
 	}
 }
 
-/* ---- unload ---- */
-
-struct unloader {
-	pthread_t t;
-	int ret;
-	volatile int done;
-};
-
-/* rmmod peermem, as rmmod does it (no process to start: it must begin inside the window). */
-static void *unload_thread(void *arg)
-{
-	struct unloader *u = arg;
-
-	u->ret = syscall(SYS_delete_module, "peermem", O_NONBLOCK) ? -errno : 0;
-	u->done = 1;
-	return NULL;
-}
+/* ---- unload (unload_thread: matrix_test.h) ---- */
 
 /* The module is being unloaded (its exit runs: the core's unregister waits). */
 static int unloading(void)
@@ -566,7 +479,7 @@ static int write_works(struct mem *m, struct ibv_mr *mr, const char *cell)
 
 	fill(h, WLEN, 0x3333);
 	rc = rdma_op_renew(&c, IBV_WR_RDMA_WRITE, hmr, h, WLEN, (uintptr_t)m->p, mr->rkey);
-	if (rc == 0 && m->cl == PFN) {
+	if (rc == 0 && m->pfn) {
 		if (exporter_rw(efd, 0, 0, 0, view, WLEN) || memcmp(view, h, WLEN))
 			rc = -2;
 	} else if (rc == 0 && !m->unmapped && memcmp(m->p, h, WLEN)) {
@@ -577,7 +490,7 @@ static int write_works(struct mem *m, struct ibv_mr *mr, const char *cell)
 		return 0;
 	}
 	/* The fill back, for a later check that nothing more landed. */
-	if (m->cl == PFN) {
+	if (m->pfn) {
 		fill(view, PLEN, 0x1111);
 		if (exporter_rw(efd, 1, 0, 0, view, PLEN))
 			bail("cannot write through the exporter's CPU view");
@@ -632,7 +545,7 @@ static void round_parent(enum client cl, enum cause ca, enum phase ph, struct ta
 	struct peer_stats s0;
 	const char *knob = knob_of(ph, cl);
 	int dereg = ph >= UNMAP, rev = revoking(ca, cl), bad = 0, err = 0, recbad = 0, n;
-	struct unloader u = { 0 };
+	struct unloader u = { .module = "peermem" };
 	struct racer x = { .ca = ca, .knob = knob, .u = &u };
 	struct ibv_mr *mr = NULL;
 	long long g0, g_reg;
@@ -650,7 +563,7 @@ static void round_parent(enum client cl, enum cause ca, enum phase ph, struct ta
 		if (!mr) {
 			diag("%s: ibv_reg_mr before the race: %s", cell, strerror(errno));
 			t->bad++;
-			mem_put(&m);
+			mem_put(&m, gfd);
 			return;
 		}
 		if (!write_works(&m, mr, cell))
@@ -740,7 +653,7 @@ static void round_parent(enum client cl, enum cause ca, enum phase ph, struct ta
 			diag("%s: rmmod peermem: %s", cell, strerror(-u.ret));
 			bad = 1;
 		}
-		mem_put(&m);
+		mem_put(&m, gfd);
 		if (gs("live_pins") != 0 || gs("live_dma_mappings") != 0) {
 			diag("%s: gpusim pins or mappings left after the unload", cell);
 			gs_diag();
@@ -798,7 +711,7 @@ static void round_parent(enum client cl, enum cause ca, enum phase ph, struct ta
 		diag("%s: ibv_dereg_mr: %s", cell, strerror(errno));
 		bad = 1;
 	}
-	mem_put(&m);
+	mem_put(&m, gfd);
 	if (!wait_for(cl == PFN ? idle_of_client_pfn : idle_but_vmas, 10) || !wait_for(core_idle, 5) ||
 	    !core_round_ok(&s0, m.len, t, cell)) {
 		diag("%s: not idle after the round", cell);
@@ -840,34 +753,22 @@ static int mx_exit_child(enum client cl, enum phase ph, int pfd)
 {
 	const char *knob = knob_of(ph, cl);
 	struct exiter e = { .knob = knob, .fd = pfd };
-	struct ibv_context *ctx = open_rxe();
-	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
-	struct ibv_mr *mr = NULL;
-	struct mem m;
+	struct exit_child ch;
 	pthread_t t;
+	int rc;
 
-	/* Only a protection domain: no QP is needed to register (a process start is costly here). */
-	if (!pd)
-		return 20;
-	mem_get(&m, cl);
-	if (ph == LIVE || ph >= UNMAP) {
-		mr = ibv_reg_mr(pd, m.p, m.len, MR_ACCESS);
-		if (!mr)
-			return 22;
-	}
-	if (ph == LIVE) {
-		if (write(pfd, "L", 1) != 1)
-			return 23;
-		return 0;	/* exit holding the MR and the memory */
-	}
+	mem_get(&ch.m, cl);
+	rc = exit_child_start(&ch, ph, pfd);
+	if (rc >= 0)
+		return rc;
 	e.entered0 = knob_count(knob, "entered");
 	e.left0 = knob_count(knob, "left");
 	pthread_create(&t, NULL, exit_thread, &e);
 	if (ph >= UNMAP) {
-		ibv_dereg_mr(mr);
+		ibv_dereg_mr(ch.mr);
 		put_watch_pin(cl, ph);
 	} else {
-		ibv_reg_mr(pd, m.p, m.len, MR_ACCESS);
+		ibv_reg_mr(ch.pd, ch.m.p, ch.m.len, MR_ACCESS);
 	}
 	pause();	/* exit_thread ends the process */
 	return 24;
@@ -877,33 +778,18 @@ static void round_exit(enum client cl, enum phase ph, struct tally *t, const cha
 {
 	struct peer_stats s0;
 	const char *knob = knob_of(ph, cl);
-	int p[2], st = -1, bad = 0;
-	char r = 0;
+	int p[2], bad = 0;
+	char r;
 	pid_t pid;
 
 	t->rounds++;
 	if (peer_stats(pm_name, &s0))
 		bail("cannot read the core's counters of %s", pm_name);
-	if (pipe(p))
-		bail("pipe");
 	knob_set(knob, delay_of(EXIT));
-	fflush(stdout);
-	pid = fork();
-	if (pid == 0) {
-		close(p[0]);
-		if (gfd >= 0)
-			close(gfd);
-		gfd = open("/dev/gpusim", O_RDWR);	/* the child's own: its exit frees it */
+	pid = exit_fork(p, &gfd);
+	if (pid == 0)
 		_exit(mx_exit_child(cl, ph, p[1]));
-	}
-	close(p[1]);
-	if (read(p[0], &r, 1) != 1)
-		r = 0;
-	close(p[0]);
-	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
-		diag("%s: the child failed (status %#x)", cell, st);
-		bad = 1;
-	}
+	r = exit_wait(pid, p, cell, &bad);
 	knob_set(knob, 0);
 	t->landed += r == 'L';
 	t->inside += r == 'L';
@@ -924,19 +810,11 @@ static void round_exit(enum client cl, enum phase ph, struct tally *t, const cha
 
 static int selected(enum client cl, enum cause ca, enum phase ph)
 {
-	char want[128], *tok, *save = NULL;
 	const char *names[3] = { client_name[cl], cause_name[ca], phase_name[ph] };
-	int i = 0;
 
 	if (share > 1 && ((int)ca + (int)ph) % share)
 		return 0;
-	if (!only)
-		return 1;
-	snprintf(want, sizeof(want), "%s", only);
-	for (tok = strtok_r(want, ",", &save); tok && i < 3; tok = strtok_r(NULL, ",", &save), i++)
-		if (strcmp(tok, "all") && strcmp(tok, names[i]))
-			return 0;
-	return 1;
+	return only_selects(only, names, 3);
 }
 
 static void run_client(enum client cl)
@@ -995,9 +873,7 @@ int main(void)
 	only = getenv("MATRIX_ONLY");
 	if (getenv("MATRIX_SHARE"))
 		share = atoi(getenv("MATRIX_SHARE")) > 0 ? atoi(getenv("MATRIX_SHARE")) : 1;
-	kmsg = open("/dev/kmsg", O_RDONLY | O_NONBLOCK);
-	if (kmsg >= 0)
-		lseek(kmsg, 0, SEEK_END);
+	kmsg = kmsg_open();
 	h = aligned_alloc(4096, PLEN);
 	view = malloc(PLEN);
 	if (!h || !view)

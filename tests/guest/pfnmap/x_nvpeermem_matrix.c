@@ -67,18 +67,12 @@
  * (default 150, times the slowdown) the window, NVMX_ONLY=cause[,phase].
  */
 #define _GNU_SOURCE
-#include "pfnmap_test.h"
+#include "matrix_test.h"
 
 #define GLEN (128 * 1024UL)	/* 2 GPU pages */
 #define WLEN 4096
 
-enum cause { FREE, MUNMAP, MREMAP, MAPFIXED, FORK, EXIT, UNLOAD, NCAUSES };
-enum phase { ACQ, PREGP, GP, MAP, LIVE, UNMAP, PUT, REL, NPHASES };
-
-static const char *cause_name[] = { "gpu_free", "munmap", "mremap", "map_fixed", "fork", "exit",
-				    "unload" };
-static const char *phase_name[] = { "acquire", "pre-gp", "get_pages", "dma_map", "live",
-				    "dma_unmap", "put_pages", "release" };
+/* The causes (zap and mprotect not applicable here), phases and their names: matrix_test.h. */
 
 /* The gpusim call that holds a phase open: calls/<mark> moved by need; the next call after it. */
 static const struct {
@@ -135,21 +129,10 @@ static int nv_load(void)
 static int kernel_reports(const char *cell, int *nv)
 {
 	char rec[2048];
+	const char *msg;
 	int n = 0;
-	ssize_t r;
 
-	if (kmsg < 0)
-		return 0;
-	while ((r = read(kmsg, rec, sizeof(rec) - 1)) != 0) {
-		char *msg;
-
-		if (r < 0) {
-			if (errno == EPIPE)
-				continue;
-			break;
-		}
-		rec[r] = 0;
-		msg = strchr(rec, ';') ? strchr(rec, ';') + 1 : rec;
+	while ((msg = kmsg_next(kmsg, rec, sizeof(rec)))) {
 		if (strstr(msg, "nvidia-peermem") && strstr(msg, "ERROR")) {
 			if (nv && (*nv)++ < 3)
 				diag("%s: kernel: %s", cell, msg);
@@ -167,78 +150,7 @@ static int kernel_reports(const char *cell, int *nv)
 	return n;
 }
 
-/* ---- the memory of a round ---- */
-
-struct mem {
-	struct gmem g;
-	uint8_t *p;
-	uint8_t *moved;
-	int freed, unmapped;
-};
-
-static void mem_get(struct mem *m)
-{
-	memset(m, 0, sizeof(*m));
-	if (gmem_alloc(gfd, GLEN, &m->g))
-		bail("GPUSIM_IOC_ALLOC: %s", strerror(errno));
-	m->p = m->g.p;
-	fill(m->p, GLEN, 0x1111);
-}
-
-static void mem_put(struct mem *m)
-{
-	if (m->moved)
-		munmap(m->moved, GLEN);
-	else if (!m->unmapped)
-		munmap(m->p, GLEN);
-	if (!m->freed)
-		gmem_free(gfd, &m->g);
-	m->moved = NULL;
-	m->unmapped = m->freed = 1;
-}
-
-static int do_cause(enum cause ca, struct mem *m)
-{
-	void *q, *r;
-	pid_t pid;
-	int st;
-
-	switch (ca) {
-	case FREE:
-		m->freed = 1;
-		return gmem_free(gfd, &m->g);
-	case MUNMAP:
-		m->unmapped = 1;
-		return munmap(m->p, GLEN) ? -errno : 0;
-	case MREMAP:
-		q = mmap(NULL, GLEN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (q == MAP_FAILED)
-			return -errno;
-		r = mremap(m->p, GLEN, GLEN, MREMAP_MAYMOVE | MREMAP_FIXED, q);
-		if (r != q)
-			return -errno;
-		m->unmapped = 1;
-		m->moved = q;
-		return 0;
-	case MAPFIXED:
-		r = mmap(m->p, GLEN, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS,
-			 -1, 0);
-		if (r != m->p)
-			return -errno;
-		munmap(r, GLEN);
-		m->unmapped = 1;
-		return 0;
-	case FORK:
-		pid = fork();
-		if (pid == 0)
-			_exit(0);
-		if (pid < 0)
-			return -errno;
-		return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st) ? 0 : -ECHILD;
-	default:
-		return -EINVAL;
-	}
-}
+/* The memory of a round (GLEN of gpusim's) and the causes on it: matrix_test.h. */
 
 static int delay_of(enum cause ca)
 {
@@ -257,22 +169,6 @@ static void delay_set(int ms)
 }
 
 /* ---- one round in this process ---- */
-
-struct unloader {
-	pthread_t t;
-	int started, ret;
-	volatile int done;
-};
-
-/* delete_module of nvidia_peermem, as rmmod does it; its exit may wait for the core. */
-static void *unload_thread(void *arg)
-{
-	struct unloader *u = arg;
-
-	u->ret = syscall(SYS_delete_module, NVMOD, O_NONBLOCK) ? -errno : 0;
-	u->done = 1;
-	return NULL;
-}
 
 static void unload_start(struct unloader *u)
 {
@@ -325,7 +221,7 @@ static void *racer_thread(void *arg)
 	if (x->ca == UNLOAD)
 		unload_start(x->u);
 	else
-		x->ret = do_cause(x->ca, x->m);
+		x->ret = mem_cause(x->ca, x->m, gfd, NULL);
 	x->inside = x->landed && next_still(x) && !x->op_returned;
 	return NULL;
 }
@@ -354,14 +250,14 @@ static void left_diag(const char *cell)
 static void round_parent(enum cause ca, enum phase ph, struct tally *t, const char *cell)
 {
 	int dereg = ph >= UNMAP, bad = 0, err = 0, rc;
-	struct unloader u = { 0 };
+	struct unloader u = { .module = NVMOD };
 	struct racer x = { .ca = ca, .ph = ph, .u = &u };
 	struct peer_stats s0, s1;
 	struct ibv_mr *mr = NULL;
 	struct mem m;
 	pthread_t rt;
 
-	mem_get(&m);
+	mem_get_gpu(&m, gfd, GLEN);
 	x.m = &m;
 	t->rounds++;
 	if (peer_stats(CORE, &s0))
@@ -371,7 +267,7 @@ static void round_parent(enum cause ca, enum phase ph, struct tally *t, const ch
 		if (!mr) {
 			diag("%s: ibv_reg_mr before the race: %s", cell, strerror(errno));
 			t->bad++;
-			mem_put(&m);
+			mem_put(&m, gfd);
 			return;
 		}
 	}
@@ -379,7 +275,7 @@ static void round_parent(enum cause ca, enum phase ph, struct tally *t, const ch
 		if (ca == UNLOAD)
 			unload_start(&u);
 		else
-			x.ret = do_cause(ca, &m);
+			x.ret = mem_cause(ca, &m, gfd, NULL);
 		x.landed = x.inside = 1;
 	} else {
 		x.mark0 = calls(win[ph].mark);
@@ -440,7 +336,7 @@ static void round_parent(enum cause ca, enum phase ph, struct tally *t, const ch
 			bad = 1;
 		}
 	}
-	mem_put(&m);
+	mem_put(&m, gfd);
 	if (ca == UNLOAD) {
 		x.ret = unload_end(&u);
 		if (x.ret == 0)
@@ -515,30 +411,22 @@ static void *exit_thread(void *arg)
 static int nvx_exit_child(enum phase ph, int pfd)
 {
 	struct exiter e = { .ph = ph, .fd = pfd };
-	struct ibv_context *ctx = open_rxe();
-	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
-	struct ibv_mr *mr = NULL;
-	struct mem m;
+	struct exit_child ch;
 	pthread_t t;
+	int rc;
 
-	if (!pd)
-		return 20;
-	mem_get(&m);
-	if (ph == LIVE || ph >= UNMAP) {
-		mr = ibv_reg_mr(pd, m.p, GLEN, MR_ACCESS);
-		if (!mr)
-			return 22;
-	}
-	if (ph == LIVE)
-		return write(pfd, "L", 1) == 1 ? 0 : 23;	/* exit holding the MR and the memory */
+	mem_get_gpu(&ch.m, gfd, GLEN);
+	rc = exit_child_start(&ch, ph, pfd);
+	if (rc >= 0)
+		return rc;
 	e.mark0 = calls(win[ph].mark);
 	e.next0 = win[ph].next ? calls(win[ph].next) : 0;
 	delay_set(delay_of(EXIT));
 	pthread_create(&t, NULL, exit_thread, &e);
 	if (ph >= UNMAP)
-		ibv_dereg_mr(mr);
+		ibv_dereg_mr(ch.mr);
 	else
-		ibv_reg_mr(pd, m.p, GLEN, MR_ACCESS);
+		ibv_reg_mr(ch.pd, ch.m.p, GLEN, MR_ACCESS);
 	e.op_returned = 1;
 	pause();
 	return 24;
@@ -546,29 +434,15 @@ static int nvx_exit_child(enum phase ph, int pfd)
 
 static void round_exit(enum phase ph, struct tally *t, const char *cell)
 {
-	int p[2], st = -1, bad = 0;
-	char r = 0;
+	int p[2], bad = 0;
+	char r;
 	pid_t pid;
 
 	t->rounds++;
-	if (pipe(p))
-		bail("pipe");
-	fflush(stdout);
-	pid = fork();
-	if (pid == 0) {
-		close(p[0]);
-		close(gfd);
-		gfd = open("/dev/gpusim", O_RDWR);	/* the child's own: its exit frees it */
+	pid = exit_fork(p, &gfd);
+	if (pid == 0)
 		_exit(nvx_exit_child(ph, p[1]));
-	}
-	close(p[1]);
-	if (read(p[0], &r, 1) != 1)
-		r = 0;
-	close(p[0]);
-	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
-		diag("%s: the child failed (status %#x)", cell, st);
-		bad = 1;
-	}
+	r = exit_wait(pid, p, cell, &bad);
 	delay_set(0);
 	t->landed += r == 'L';
 	t->inside += r == 'L';
@@ -586,17 +460,9 @@ static void round_exit(enum phase ph, struct tally *t, const char *cell)
 
 static int selected(enum cause ca, enum phase ph)
 {
-	char want[96], *tok, *save = NULL;
 	const char *names[2] = { cause_name[ca], phase_name[ph] };
-	int i = 0;
 
-	if (!only)
-		return 1;
-	snprintf(want, sizeof(want), "%s", only);
-	for (tok = strtok_r(want, ",", &save); tok && i < 2; tok = strtok_r(NULL, ",", &save), i++)
-		if (strcmp(tok, "all") && strcmp(tok, names[i]))
-			return 0;
-	return 1;
+	return only_selects(only, names, 2);
 }
 
 /* The cell's outcome in the words of docs/testing.md's table. */
@@ -665,9 +531,7 @@ int main(void)
 	snprintf(ko, sizeof(ko), "%s/%s", root_dir(), nv_ko);
 	if (access(ko, R_OK))
 		bail("%s is not built (tests/nvpeermem/build.sh)", ko);
-	kmsg = open("/dev/kmsg", O_RDONLY | O_NONBLOCK);
-	if (kmsg >= 0)
-		lseek(kmsg, 0, SEEK_END);
+	kmsg = kmsg_open();
 	h = aligned_alloc(4096, GLEN);
 	if (!h)
 		bail("out of memory");
