@@ -225,7 +225,16 @@ vmargs=(--kdir "$kdir" --mem "$mem" --no-kmemleak --test-timeout 7200)
 [ -n "$append" ] && vmargs+=(--append "${append# }")
 mods="GPUSIM_KO=$tree/tests/gpusim/gpusim.ko"
 mods+=" TESTCLIENT_KO=$tree/tests/gpusim/testclient/gpusim_testclient.ko"
-mods+=" PEERMEM_KO=$tree/peermem.ko NVPEERMEM_KO=$tree/tests/nvpeermem/nvidia-peermem.ko"
+# BENCH_PM_KO=FILE: another module in peermem's turn, for a calibration
+# (issue 26): a module built with the name peermem (the bench loads and
+# unloads the sides by name), e.g. nvidia-peermem itself, renamed, for an
+# A/A run that shows what ratio two identical clients get, or a variant of
+# it. The results record the file (bench-results.json, "pm_ko"). Not under
+# /tmp: the guest sees the host's / but has a /tmp of its own.
+pm_ko=${BENCH_PM_KO:-$tree/peermem.ko}
+[ -f "$pm_ko" ] || pm_die "BENCH_PM_KO=$pm_ko: no such file"
+mods+=" PEERMEM_KO=$pm_ko NVPEERMEM_KO=$tree/tests/nvpeermem/nvidia-peermem.ko"
+[ -n "${BENCH_PM_KO:-}" ] && mods+=" BENCH_PM_FOREIGN=1"
 
 # --- or a profile ----------------------------------------------------------
 if [ -n "$profile" ]; then
@@ -327,7 +336,7 @@ accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
 	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
 	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
 	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
-	--meta "guest_append=${append# }" --meta "guest_smp=${BENCH_SMP:-2}" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" --meta "nv_rm_lock=${BENCH_NV_RM_LOCK:-0}" --meta "warm=${BENCH_WARM:-0}" --meta "pm_args=${BENCH_PM_ARGS:-}" \
+	--meta "guest_append=${append# }" --meta "guest_smp=${BENCH_SMP:-2}" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" --meta "nv_rm_lock=${BENCH_NV_RM_LOCK:-0}" --meta "warm=${BENCH_WARM:-0}" --meta "pm_args=${BENCH_PM_ARGS:-}" --meta "pm_ko=${BENCH_PM_KO:-}" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
 	--meta "host_cpus=$(nproc)" --meta "wall_s=$((t1 - t0))" \
