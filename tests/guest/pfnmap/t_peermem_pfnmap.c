@@ -161,6 +161,44 @@ static struct ibv_mr *reg(void *p, size_t len, int access)
 	return mr;
 }
 
+/*
+ * The set-up of the cases that change a registered mapping: the exporter's
+ * buffer written with the pattern of seed through its CPU view (cpu2 keeps
+ * the pattern: what cpu_view_is compares the buffer with afterwards, to see
+ * that nothing was written), mapped read-write at *p and registered.
+ */
+static struct ibv_mr *filled_mr(uint32_t seed, uint8_t **p)
+{
+	fill(cpu2, LEN, seed);
+	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
+		bail("cannot write through the exporter's CPU view");
+	*p = map_rw();
+	return reg(*p, LEN, MR_ACCESS);
+}
+
+/*
+ * The end of the cases that must change nothing a PFN mapping maps: no
+ * event, the MR still works (a page written at p + 4096 with the pattern
+ * of seed lands in the exporter's buffer and nowhere else), then it is
+ * deregistered and unmapped. what names the case in the diagnostics, name
+ * in the TAP lines.
+ */
+static void unchanged_end(const char *what, const char *name, uint8_t *p, struct ibv_mr *mr,
+			  uint32_t seed)
+{
+	int rc;
+
+	ok(event_is(what, NULL, 0, 0), "%s: nothing reported on /dev/peermem", name);
+	fill(h, 4096, seed);
+	rc = rdma(IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)p + 4096, mr->rkey);
+	memcpy(cpu2 + 4096, h, 4096);
+	ok(rc == 0 && cpu_view_is(0, 0, cpu2, LEN),
+	   "%s: the MR still works: RDMA WRITE lands in the exporter's buffer (status %d)", name, rc);
+	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && pm_balanced(),
+	   "%s: ibv_dereg_mr; pfn counters idle, the core's balance", name);
+	munmap(p, LEN);
+}
+
 static void test_without_option(void)
 {
 	uint32_t chunks = 0;
@@ -251,11 +289,7 @@ static void test_driver_change(int realloc)
 	uint8_t *p;
 	int rc;
 
-	fill(cpu2, LEN, 0x4444);
-	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
-		bail("cannot write through the exporter's CPU view");
-	p = map_rw();
-	mr = reg(p, LEN, MR_ACCESS);
+	mr = filled_mr(0x4444, &p);
 	fill(h, 4096, 0x4545);
 	rc = rdma(IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)p + 8192, mr->rkey);
 	memcpy(cpu2 + 8192, h, 4096);
@@ -300,11 +334,7 @@ static void test_munmap(void)
 	uint8_t *p;
 	int rc;
 
-	fill(cpu2, LEN, 0x6666);
-	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
-		bail("cannot write through the exporter's CPU view");
-	p = map_rw();
-	mr = reg(p, LEN, MR_ACCESS);
+	mr = filled_mr(0x6666, &p);
 	take(&s0);
 	ok(munmap(p, LEN) == 0 && revoked_now(&s0, "munmap"),
 	   "munmap: when munmap returned, the MR was revoked (pfn invalidations_mmu_notifier +1, address_changes +1, core num_invalidated_mrs +1)");
@@ -357,13 +387,8 @@ static void test_clear_refs(void)
 	struct ibv_mr *mr;
 	unsigned int i, written = 0;
 	uint8_t *p;
-	int rc;
 
-	fill(cpu2, LEN, 0x6868);
-	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
-		bail("cannot write through the exporter's CPU view");
-	p = map_rw();
-	mr = reg(p, LEN, MR_ACCESS);
+	mr = filled_mr(0x6868, &p);
 	take(&s0);
 	for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
 		written += write_str("/proc/self/clear_refs", kinds[i]) == 0;
@@ -373,15 +398,7 @@ static void test_clear_refs(void)
 	   "clear_refs 1-5 (4: the soft-dirty reset, an invalidation of the whole address space) do not revoke the PFN MR (%u of 5 written; invalidations_mmu_notifier %+lld, address_changes %+lld, core invalidated %+lld)",
 	   written, s1.inv - s0.inv, s1.chg - s0.chg,
 	   s1.ps.invalidated_mrs - s0.ps.invalidated_mrs);
-	ok(event_is("clear_refs", NULL, 0, 0), "clear_refs: nothing reported on /dev/peermem");
-	fill(h, 4096, 0x6969);
-	rc = rdma(IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)p + 4096, mr->rkey);
-	memcpy(cpu2 + 4096, h, 4096);
-	ok(rc == 0 && cpu_view_is(0, 0, cpu2, LEN),
-	   "clear_refs: the MR still works: RDMA WRITE lands in the exporter's buffer (status %d)", rc);
-	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && pm_balanced(),
-	   "clear_refs: ibv_dereg_mr; pfn counters idle, the core's balance");
-	munmap(p, LEN);
+	unchanged_end("clear_refs", "clear_refs", p, mr, 0x6969);
 }
 
 /*
@@ -405,13 +422,9 @@ static void test_pagemap_scan(void)
 	struct ibv_mr *mr;
 	uint8_t *p;
 	long r;
-	int rc, pm, e;
+	int pm, e;
 
-	fill(cpu2, LEN, 0x6a6a);
-	if (exporter_rw(efd, 1, 0, 0, cpu2, LEN))
-		bail("cannot write through the exporter's CPU view");
-	p = map_rw();
-	mr = reg(p, LEN, MR_ACCESS);
+	mr = filled_mr(0x6a6a, &p);
 	pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	if (pm < 0)
 		bail("open /proc/self/pagemap: %s", strerror(errno));
@@ -430,15 +443,7 @@ static void test_pagemap_scan(void)
 	   "PAGEMAP_SCAN with PM_SCAN_WP_MATCHING over the range (a write-protect request it skips for VM_PFNMAP) does not revoke the PFN MR (ioctl %ld, %s; invalidations_mmu_notifier %+lld, address_changes %+lld, core invalidated %+lld)",
 	   r, r < 0 ? strerror(e) : "ok", s1.inv - s0.inv, s1.chg - s0.chg,
 	   s1.ps.invalidated_mrs - s0.ps.invalidated_mrs);
-	ok(event_is("pagemap_scan", NULL, 0, 0), "PAGEMAP_SCAN: nothing reported on /dev/peermem");
-	fill(h, 4096, 0x6b6b);
-	rc = rdma(IBV_WR_RDMA_WRITE, 0, 4096, (uintptr_t)p + 4096, mr->rkey);
-	memcpy(cpu2 + 4096, h, 4096);
-	ok(rc == 0 && cpu_view_is(0, 0, cpu2, LEN),
-	   "PAGEMAP_SCAN: the MR still works: RDMA WRITE lands in the exporter's buffer (status %d)", rc);
-	ok(ibv_dereg_mr(mr) == 0 && pf_idle() && pm_balanced(),
-	   "PAGEMAP_SCAN: ibv_dereg_mr; pfn counters idle, the core's balance");
-	munmap(p, LEN);
+	unchanged_end("pagemap_scan", "PAGEMAP_SCAN", p, mr, 0x6b6b);
 }
 
 /* A child registers the PFN mapping and exits holding the MR. */

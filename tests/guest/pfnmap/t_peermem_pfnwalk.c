@@ -171,35 +171,71 @@ static pid_t ring_child(int ready[2], int go[2])
 	return pid;
 }
 
+/* A ring child and the pipes to it (ring_start, ring_end). */
+struct ring_run {
+	int ready[2], go[2];
+	pid_t pid;
+};
+
+/*
+ * The set-up the walk cases share: starts a ring child and, once it has
+ * mapped the ring, lets it register it. With g, GPU_LEN of GPU memory is
+ * allocated first, before the fork (the child inherits that mapping, as it
+ * did when each case wrote this out); with delay_ms, peermem's
+ * inject_delay_pfn_walk_ms is set to it before the go. The walk counters
+ * are taken into s0 just before the go; returns the time of the go.
+ */
+static double ring_start(struct ring_run *r, struct gmem *g, const char *delay_ms,
+			 struct walk_snap *s0)
+{
+	double t0;
+	char b;
+
+	if (pipe(r->ready) || pipe(r->go))
+		bail("pipe: %s", strerror(errno));
+	if (g && gmem_alloc(gfd, GPU_LEN, g))
+		bail("gpusim allocation: %s", strerror(errno));
+	r->pid = ring_child(r->ready, r->go);
+	if (read(r->ready[0], &b, 1) != 1)
+		bail("the ring child failed before registering");
+	if (delay_ms && write_str(PMDBG "inject_delay_pfn_walk_ms", delay_ms))
+		bail("cannot set inject_delay_pfn_walk_ms");
+	wtake(s0);
+	t0 = now_s();
+	if (write(r->go[1], "g", 1) != 1)
+		bail("the ring child is gone");
+	return t0;
+}
+
+/* Frees what ring_start took (the child is reaped by then): g, the pipes. */
+static void ring_end(struct ring_run *r, struct gmem *g)
+{
+	if (g) {
+		gmem_free(gfd, g);
+		gmem_drop(g);
+	}
+	close(r->ready[0]);
+	close(r->ready[1]);
+	close(r->go[0]);
+	close(r->go[1]);
+}
+
 /* The ring's walk, slowed down, does not hold up a GPU registration. */
 static void test_concurrent(void)
 {
-	int ready[2], go[2], st = -1, e = -1, running;
+	int st = -1, e = -1, running;
 	struct walk_snap s0, s1;
+	struct ring_run r;
 	struct ibv_mr *gmr;
 	struct gmem g;
 	double t0, t1, t2;
-	pid_t pid;
-	char b;
 
-	if (pipe(ready) || pipe(go))
-		bail("pipe: %s", strerror(errno));
-	if (gmem_alloc(gfd, GPU_LEN, &g))
-		bail("gpusim allocation: %s", strerror(errno));
-	pid = ring_child(ready, go);
-	if (read(ready[0], &b, 1) != 1)
-		bail("the ring child failed before registering");
 	/*
 	 * 64 batches of 16 MiB, 100 ms each: a walk of 6.4 s at least, where
 	 * the GPU registration takes 0.05-0.2 s (250 ms and 16 s until
 	 * 2026-11-26; the knob is read when a walk starts).
 	 */
-	if (write_str(PMDBG "inject_delay_pfn_walk_ms", "100"))
-		bail("cannot set inject_delay_pfn_walk_ms");
-	wtake(&s0);
-	t0 = now_s();
-	if (write(go[1], "g", 1) != 1)
-		bail("the ring child is gone");
+	t0 = ring_start(&r, &g, "100", &s0);
 	running = wait_for(walk_running, 60);
 	t1 = now_s();
 	gmr = ibv_reg_mr(c.pd, g.p, GPU_LEN, MR_ACCESS);
@@ -211,20 +247,15 @@ static void test_concurrent(void)
 	diag("GPU registration %.3f s, started %.3f s into the ring's registration", t2 - t1, t1 - t0);
 	if (gmr)
 		ibv_dereg_mr(gmr);
-	if (read(ready[0], &e, sizeof(e)) != sizeof(e))
+	if (read(r.ready[0], &e, sizeof(e)) != sizeof(e))
 		e = -1;
 	t2 = now_s();
 	write_str(PMDBG "inject_delay_pfn_walk_ms", "0");
-	waitpid(pid, &st, 0);
+	waitpid(r.pid, &st, 0);
 	ok(e == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	   "the slowed ring registration itself succeeds, %.1f s after it began (errno %d, child status %#x)",
 	   t2 - t0, e, st);
-	gmem_free(gfd, &g);
-	gmem_drop(&g);
-	close(ready[0]);
-	close(ready[1]);
-	close(go[0]);
-	close(go[1]);
+	ring_end(&r, &g);
 	ok(wait_for(all_idle, 10) && wait_for(pf_idle, 10) && pm_balanced(),
 	   "concurrent: nothing held afterwards");
 }
@@ -247,36 +278,26 @@ static int walk_begun(void)
 
 static void test_beside(void)
 {
-	int ready[2], go[2], st = -1, e = -1, running, still;
+	int st = -1, e = -1, running, still;
 	struct walk_snap s0, s1;
+	struct ring_run r;
 	struct ibv_mr *gmr;
 	struct gmem g;
 	double t0, t1, t2, t3;
-	pid_t pid;
-	char b;
 
-	if (pipe(ready) || pipe(go))
-		bail("pipe: %s", strerror(errno));
-	if (gmem_alloc(gfd, GPU_LEN, &g))
-		bail("gpusim allocation: %s", strerror(errno));
-	pid = ring_child(ready, go);
-	if (read(ready[0], &b, 1) != 1)
-		bail("the ring child failed before registering");
-	wtake(&s0);
+	t0 = ring_start(&r, &g, NULL, &s0);
+	/* walk_begun's reference: it is first called after this. */
 	beside_ended0 = s0.ended;
-	t0 = now_s();
-	if (write(go[1], "g", 1) != 1)
-		bail("the ring child is gone");
 	running = wait_for(walk_begun, 60) && walk_running();
 	t1 = now_s();
 	gmr = ibv_reg_mr(c.pd, g.p, GPU_LEN, MR_ACCESS);
 	t2 = now_s();
 	still = walk_running();
 	wtake(&s1);
-	if (read(ready[0], &e, sizeof(e)) != sizeof(e))
+	if (read(r.ready[0], &e, sizeof(e)) != sizeof(e))
 		e = -1;
 	t3 = now_s();
-	waitpid(pid, &st, 0);
+	waitpid(r.pid, &st, 0);
 	diag("beside: 1 GiB PFN ring registered in %.3f s by another process; a 256 KiB GPU registration started %.3f s into it took %.3f s (walk running when it began: %s, when it ended: %s; walks ended meanwhile %+lld)",
 	     t3 - t0, t1 - t0, t2 - t1, running ? "yes" : "no", still ? "yes" : "no",
 	     s1.ended - s0.ended);
@@ -285,12 +306,7 @@ static void test_beside(void)
 	   gmr ? 0 : errno, e, st);
 	if (gmr)
 		ibv_dereg_mr(gmr);
-	gmem_free(gfd, &g);
-	gmem_drop(&g);
-	close(ready[0]);
-	close(ready[1]);
-	close(go[0]);
-	close(go[1]);
+	ring_end(&r, &g);
 	ok(wait_for(all_idle, 10) && wait_for(pf_idle, 10) && pm_balanced(),
 	   "beside: nothing held afterwards");
 }
@@ -298,25 +314,15 @@ static void test_beside(void)
 /* A fatal signal stops the walk. */
 static void test_killed(void)
 {
-	int ready[2], go[2], st = -1, running;
+	int st = -1, running;
 	struct walk_snap s0, s1;
-	pid_t pid;
-	char b;
+	struct ring_run r;
 
-	if (pipe(ready) || pipe(go))
-		bail("pipe: %s", strerror(errno));
-	pid = ring_child(ready, go);
-	if (read(ready[0], &b, 1) != 1)
-		bail("the ring child failed before registering");
-	if (write_str(PMDBG "inject_delay_pfn_walk_ms", "250"))
-		bail("cannot set inject_delay_pfn_walk_ms");
-	wtake(&s0);
-	if (write(go[1], "g", 1) != 1)
-		bail("the ring child is gone");
+	ring_start(&r, NULL, "250", &s0);
 	running = wait_for(walk_running, 60);
 	usleep(600000);	/* a few batches in */
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
+	kill(r.pid, SIGKILL);
+	waitpid(r.pid, &st, 0);
 	/* The walk's counters were added before its system call returned. */
 	wtake(&s1);
 	write_str(PMDBG "inject_delay_pfn_walk_ms", "0");
@@ -324,10 +330,7 @@ static void test_killed(void)
 	   s1.pages - s0.pages < (long long)(RING / 4096) && s1.killed == s0.killed + 1,
 	   "a process killed during its 1 GiB walk stops it: the walk read %lld of %llu pages (walks_killed %+lld, walk seen running: %s, status %#x)",
 	   s1.pages - s0.pages, RING / 4096, s1.killed - s0.killed, running ? "yes" : "no", st);
-	close(ready[0]);
-	close(ready[1]);
-	close(go[0]);
-	close(go[1]);
+	ring_end(&r, NULL);
 	ok(wait_for(pf_idle, 10) && wait_for(pm_balanced, 10), "killed: nothing held afterwards");
 }
 
