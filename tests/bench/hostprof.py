@@ -31,20 +31,7 @@ import os
 import re
 import sys
 
-
-def guest_symbols(smap, prof):
-    """The guest kernel's text symbols, and each side's modules' (ksym lines)."""
-    kern = []
-    for line in open(smap):
-        f = line.split()
-        if len(f) >= 3 and f[1] in "tTwW":
-            kern.append((int(f[0], 16), f[2]))
-    mods = collections.defaultdict(list)
-    for line in open(prof):
-        m = re.match(r"ksym (\S+) ([0-9a-f]+) [tT] (\S+)\s+\[(\S+)\]", line)
-        if m:
-            mods[m.group(1)].append((int(m.group(2), 16), m.group(3) + " [" + m.group(4) + "]"))
-    return kern, mods
+from insns import load_ksyms, load_map
 
 
 def name_sample(sym, dso, syms, keys):
@@ -84,7 +71,7 @@ def main():
     for line in open(prof):
         m = re.match(r"profile (\S+) \d+ bytes, 1 thread\(s\): (\d+) reg\+dereg each, ([\d.]+) ms", line)
         if m:
-            passes.append((m.group(1), int(m.group(2)) * float(m.group(3)) / 1e3))
+            passes.append((m.group(1), int(m.group(2)) * float(m.group(3)) / 1e3, int(m.group(2))))
     rows.sort()
     t0 = rows[0][0]
     buckets = collections.Counter(int((r[0] - t0) * 2) for r in rows)
@@ -107,10 +94,9 @@ def main():
                 start, idle = None, 0
     if len(stretches) < len(passes):
         sys.exit(f"{len(stretches)} busy stretches for {len(passes)} passes: no gaps (PROFILE_GAP)?")
-    kern, mods = guest_symbols(sys.argv[4], prof) if len(sys.argv) > 4 else (None, {})
-    nops = [int(m.group(1)) for m in re.finditer(r"profile \S+ \d+ bytes, 1 thread\(s\): (\d+) reg", open(prof).read())]
+    kern, mods = (load_map(sys.argv[4]), load_ksyms(prof)) if len(sys.argv) > 4 else (None, {})
     per_op = {}
-    for k, ((side, wall), (a, b)) in enumerate(zip(passes, stretches)):
+    for (side, wall, nops), (a, b) in zip(passes, stretches):
         lo = max(a, b - wall)
         sel = [r for r in rows if lo <= r[0] - t0 < b]
         tid = collections.Counter(r[1] for r in sel).most_common(1)[0][0]
@@ -126,8 +112,8 @@ def main():
             print(f"  {100 * v / n:5.1f}%  [{grp}]")
         for sym, v in c.most_common(top):
             print(f"  {100 * v / n:5.1f}%  {sym}")
-        if n and k < len(nops):
-            us = (b - lo) * 1e6 / nops[k]
+        if n:
+            us = (b - lo) * 1e6 / nops
             per_op[side] = ({s: v / n * us for s, v in c.items()}, {s: v / n * us for s, v in g.items()}, us)
     if len(passes) >= 2 and passes[0][0] in per_op and passes[1][0] in per_op:
         sa, sb = passes[0][0], passes[1][0]
@@ -138,7 +124,7 @@ def main():
         for name in sorted(set(ca) | set(cb), key=lambda x: -abs(ca.get(x, 0) - cb.get(x, 0)))[:top]:
             print(f"  {ca.get(name, 0) - cb.get(name, 0):+7.2f} {ca.get(name, 0):7.2f} {cb.get(name, 0):7.2f}  {name}")
         if os.environ.get("HOSTPROF_PNG"):
-            plot(os.environ["HOSTPROF_PNG"], [(s, per_op[s][1]) for s, _ in passes if s in per_op])
+            plot(os.environ["HOSTPROF_PNG"], [(s, per_op[s][1]) for s, *_ in passes if s in per_op])
 
 
 def plot(path, sides):

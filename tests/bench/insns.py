@@ -27,6 +27,7 @@ SLOW = ("div", "rdtsc", "rep-string", "pause", "cpuid/msr", "far/syscall/iret")
 
 
 def load_map(path):
+    """The text symbols of a System.map: [(address, name)]."""
     syms = []
     for line in open(path):
         p = line.split()
@@ -35,31 +36,38 @@ def load_map(path):
     return syms
 
 
+KSYM = re.compile(r"ksym (\S+) ([0-9a-f]+) [tT] (\S+)\s+\[(\S+)\]")
+
+
+def load_ksyms(prof_path):
+    """Each side's modules' text symbols from its "ksym" lines: {side: [(address, "name [module]")]}."""
+    mods = collections.defaultdict(list)
+    for line in open(prof_path):
+        m = KSYM.match(line)
+        if m:
+            mods[m.group(1)].append((int(m.group(2), 16), m.group(3) + " [" + m.group(4) + "]"))
+    return mods
+
+
 def main():
     dumps_path, prof_path, smap = sys.argv[1:4]
     top = int(sys.argv[4]) if len(sys.argv) > 4 else 40
     side_a, side_b = (sys.argv[5], sys.argv[6]) if len(sys.argv) > 6 else ("peermem", "nvidia-peermem")
     kern = load_map(smap)
     order = []          # (side, n) per dump
-    mods = collections.defaultdict(list)
+    mods = load_ksyms(prof_path)
     for line in open(prof_path):
         m = re.match(r"insns-dump (\S+) (\d+) (\d+)", line)
         if m:
             order.append((m.group(1), int(m.group(3))))
-            continue
-        m = re.match(r"ksym (\S+) ([0-9a-f]+) [tT] (\S+)\s+\[(\S+)\]", line)
-        if m:
-            mods[m.group(1)].append((int(m.group(2), 16), m.group(3) + " [" + m.group(4) + "]"))
     dumps = []
     vcpus = []          # per dump: [(instructions, blocks) per vCPU], busiest first
-    jcs = []            # per dump: (lookups, misses) of the jump-cache model, all vCPUs
-    splits = []         # per dump (fast=1): instructions in user space, the kernel's text, modules
+    splits = []         # per dump: instructions in user space, the kernel's text, modules
     cur = None
     for line in open(dumps_path):
         if line.startswith("dump"):
             cur = []
             vcpus.append([])
-            jcs.append([0, 0])
             splits.append([0, 0, 0])
         elif line.startswith("end"):
             dumps.append(cur)
@@ -71,16 +79,11 @@ def main():
                 for k in range(3):
                     splits[-1][k] += int(f[2 + k])
                 continue
-            if line.startswith("jc "):
-                f = line.split()
-                jcs[-1][0] += int(f[2])
-                jcs[-1][1] += int(f[3])
-                continue
             if line.startswith("vcpu "):
                 f = line.split()
                 vcpus[-1].append((int(f[2]), int(f[3])))
                 continue
-            if line.startswith(("io ", "mem ", "slow ", "tr ")):
+            if line.startswith(("io ", "mem ", "slow ", "tr ", "jc ")):  # jc: an older plugin's totals
                 continue
             f = line.split()
             cur.append((int(f[0], 16), int(f[1]), int(f[2]), int(f[3]) if len(f) > 3 else 0,
@@ -168,13 +171,14 @@ def main():
         if any(sp):
             by_split[side].append([x / nops for x in sp])
     if by_split:
-        print("\nfast=1 (inline counters): instructions per operation, all vCPUs (user space + the kernel's text "
+        print("\ninstructions per operation by where they ran, all vCPUs (user space + the kernel's text "
               "+ modules), per pass:")
         for side, lst in by_split.items():
             print(f"  {side}: " + "; ".join(f"{sum(sp):.0f} ({sp[0]:.0f} + {sp[1]:.0f} + {sp[2]:.0f})"
                                             for sp in lst))
     by_jc = collections.defaultdict(list)
-    for (side, nops), (lk, ms) in zip(order, jcs):
+    for (side, nops), blocks in zip(order, dumps):
+        lk, ms = sum(b[7] for b in blocks), sum(b[8] for b in blocks)
         if lk:
             by_jc[side].append((lk / nops, ms / nops))
     if by_jc:

@@ -138,19 +138,20 @@ static struct slow_site {
 	uint64_t a1, a2, a3, count;
 } slow[NSLOW];
 /*
- * fast=1: no callback per block (the guest runs at nearly its usual
- * speed, so what depends on time, such as RCU's grace periods per
- * operation, is as in a run without the plugin): only inline counters
- * per vCPU of instructions and blocks, and of the instructions by where
- * they run (user space, the kernel's text, module space), dumped as
- * "vcpu" and "split" lines, no per-block lines.
+ * Per vCPU, inline counters (no call into the plugin): instructions and
+ * blocks run since the reset, and the instructions by where they ran
+ * (user space, the kernel's text, module space), dumped as "vcpu" and
+ * "split" lines. fast=1: nothing else, no callback per block (the guest
+ * runs at nearly its usual speed, so what depends on time, such as RCU's
+ * grace periods per operation, is as in a run without the plugin), no
+ * per-block lines.
  */
 static bool fast;
-struct fast_counts {
+struct vcpu_counts {
 	uint64_t insns, blocks, user, kernel, module;
 };
-static struct qemu_plugin_scoreboard *fast_sb;
-#define FAST_FIELD(f) ((qemu_plugin_u64){ fast_sb, offsetof(struct fast_counts, f) })
+static struct qemu_plugin_scoreboard *counts;
+#define COUNT(f) ((qemu_plugin_u64){ counts, offsetof(struct vcpu_counts, f) })
 
 /* Blocks translated since the reset, and their instructions. */
 static uint64_t translated, translated_insns;
@@ -162,14 +163,13 @@ static uint64_t translated, translated_insns;
  * return, an indirect jump or call, a jump to another page, a block that
  * ends on popf/sti/stac/clac) looks the next block up in the jump cache,
  * and in the global hash table when the cache's entry holds another
- * block (a miss). Counted per vCPU: lookups, misses.
+ * block (a miss). Counted per block (struct block): lookups, misses.
  */
 #define JC_BITS 12
 #define JC_SIZE (1u << JC_BITS)
 static uint64_t jc[MAXVCPU][JC_SIZE];
 static uint64_t jc_prev[MAXVCPU];
 static uint8_t jc_prev_exit[MAXVCPU];
-static uint64_t jc_lookups[MAXVCPU], jc_misses[MAXVCPU];
 
 static unsigned int jc_hash(uint64_t pc)
 {
@@ -180,24 +180,17 @@ static unsigned int jc_hash(uint64_t pc)
 			      (tmp & ((1u << 6) - 1)));
 }
 
-/* Instructions and blocks run since the reset, by vCPU. */
-static uint64_t vcpu_insns[MAXVCPU], vcpu_blocks[MAXVCPU];
-
 static void on_exec(unsigned int vcpu, void *udata)
 {
 	struct block *b = udata;
 
 	__atomic_fetch_add(&b->count, 1, __ATOMIC_RELAXED);
 	if (vcpu < MAXVCPU) {
-		__atomic_fetch_add(&vcpu_insns[vcpu], b->ninsns, __ATOMIC_RELAXED);
-		__atomic_fetch_add(&vcpu_blocks[vcpu], 1, __ATOMIC_RELAXED);
 		if (jc_prev_exit[vcpu] || (jc_prev[vcpu] >> 12) != (b->vaddr >> 12)) {
 			unsigned int h = jc_hash(b->vaddr);
 
-			jc_lookups[vcpu]++;
 			__atomic_fetch_add(&b->jc_lookups, 1, __ATOMIC_RELAXED);
 			if (jc[vcpu][h] != b->vaddr) {
-				jc_misses[vcpu]++;
 				__atomic_fetch_add(&b->jc_misses, 1, __ATOMIC_RELAXED);
 				jc[vcpu][h] = b->vaddr;
 			}
@@ -242,20 +235,13 @@ static void on_reset(unsigned int vcpu, void *udata)
 		__atomic_store_n(&b->jc_misses, 0, __ATOMIC_RELAXED);
 	}
 	translated = translated_insns = 0;
-	memset(jc_lookups, 0, sizeof(jc_lookups));
-	memset(jc_misses, 0, sizeof(jc_misses));
-	for (int i = 0; i < MAXVCPU; i++) {
-		__atomic_store_n(&vcpu_insns[i], 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&vcpu_blocks[i], 0, __ATOMIC_RELAXED);
+	for (int i = 0; i < qemu_plugin_num_vcpus(); i++) {
+		qemu_plugin_u64_set(COUNT(insns), i, 0);
+		qemu_plugin_u64_set(COUNT(blocks), i, 0);
+		qemu_plugin_u64_set(COUNT(user), i, 0);
+		qemu_plugin_u64_set(COUNT(kernel), i, 0);
+		qemu_plugin_u64_set(COUNT(module), i, 0);
 	}
-	if (fast)
-		for (int i = 0; i < qemu_plugin_num_vcpus(); i++) {
-			qemu_plugin_u64_set(FAST_FIELD(insns), i, 0);
-			qemu_plugin_u64_set(FAST_FIELD(blocks), i, 0);
-			qemu_plugin_u64_set(FAST_FIELD(user), i, 0);
-			qemu_plugin_u64_set(FAST_FIELD(kernel), i, 0);
-			qemu_plugin_u64_set(FAST_FIELD(module), i, 0);
-		}
 	memset(io, 0, sizeof(io));
 	memset(slow, 0, sizeof(slow));
 	io_lost = 0;
@@ -301,23 +287,15 @@ static void on_dump(unsigned int vcpu, void *udata)
 			for (struct block *b = blocks; b && k < translated; b = b->next, k++)
 				fprintf(f, "tr %" PRIx64 " %u\n", b->vaddr, b->ninsns);
 		}
-		for (int i = 0; fast && i < qemu_plugin_num_vcpus(); i++) {
-			uint64_t n = qemu_plugin_u64_get(FAST_FIELD(insns), i);
+		for (int i = 0; i < qemu_plugin_num_vcpus(); i++) {
+			uint64_t n = qemu_plugin_u64_get(COUNT(insns), i);
 
 			if (n)
 				fprintf(f, "vcpu %d %" PRIu64 " %" PRIu64 "\nsplit %d %" PRIu64 " %" PRIu64
-					" %" PRIu64 "\n", i, n, qemu_plugin_u64_get(FAST_FIELD(blocks), i), i,
-					qemu_plugin_u64_get(FAST_FIELD(user), i),
-					qemu_plugin_u64_get(FAST_FIELD(kernel), i),
-					qemu_plugin_u64_get(FAST_FIELD(module), i));
-		}
-		for (int i = 0; i < MAXVCPU; i++) {
-			uint64_t n = __atomic_load_n(&vcpu_insns[i], __ATOMIC_RELAXED);
-
-			if (n)
-				fprintf(f, "vcpu %d %" PRIu64 " %" PRIu64 "\njc %d %" PRIu64 " %" PRIu64 "\n",
-					i, n, __atomic_load_n(&vcpu_blocks[i], __ATOMIC_RELAXED), i,
-					jc_lookups[i], jc_misses[i]);
+					" %" PRIu64 "\n", i, n, qemu_plugin_u64_get(COUNT(blocks), i), i,
+					qemu_plugin_u64_get(COUNT(user), i),
+					qemu_plugin_u64_get(COUNT(kernel), i),
+					qemu_plugin_u64_get(COUNT(module), i));
 		}
 		if (mem)
 			fprintf(f, "mem %" PRIu64 " io_lost %" PRIu64 " pages %" PRIu64 " pages_lost %" PRIu64 "\n",
@@ -378,6 +356,21 @@ static void on_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr
 }
 
 /*
+ * The length of the instruction's prefixes: the legacy ones (operand and
+ * address size, rep/repne, segment overrides, lock), then REX.
+ */
+static size_t prefix_len(const uint8_t *p, size_t len)
+{
+	size_t j = 0;
+
+	while (j < len && (p[j] == 0x66 || p[j] == 0x67 || p[j] == 0xf2 || p[j] == 0xf3 ||
+			   p[j] == 0x2e || p[j] == 0x3e || p[j] == 0x26 || p[j] == 0x64 ||
+			   p[j] == 0x65 || p[j] == 0x36 || p[j] == 0xf0 || (p[j] & 0xf0) == 0x40))
+		j++;
+	return j;
+}
+
+/*
  * Classes of instructions that cost TCG far more than an average one:
  * 0 div/idiv (F7 /6, /7), 1 rdtsc/rdtscp, 2 rep string ops (one
  * iteration per execution of the block, counted as executions), 3 pause,
@@ -386,16 +379,9 @@ static void on_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr
  */
 static int slow_class(const uint8_t *p, size_t len)
 {
-	size_t j = 0;
-	bool rep = false;
+	size_t j = prefix_len(p, len);
+	bool rep = memchr(p, 0xf2, j) || memchr(p, 0xf3, j);
 
-	while (j < len && (p[j] == 0x66 || p[j] == 0x67 || p[j] == 0xf2 || p[j] == 0xf3 ||
-			   p[j] == 0x2e || p[j] == 0x3e || p[j] == 0x26 || p[j] == 0x64 ||
-			   p[j] == 0x65 || p[j] == 0x36 || p[j] == 0xf0 || (p[j] & 0xf0) == 0x40)) {
-		if (p[j] == 0xf2 || p[j] == 0xf3)
-			rep = true;
-		j++;
-	}
 	if (j >= len)
 		return -1;
 	if (p[j] == 0x90 && j > 0 && p[j - 1] == 0xf3)
@@ -423,11 +409,8 @@ static int slow_class(const uint8_t *p, size_t len)
 /* The block-exit kind of its last instruction (struct block's exit). */
 static uint8_t exit_kind(const uint8_t *p, size_t len)
 {
-	size_t j = 0;
+	size_t j = prefix_len(p, len);
 
-	while (j < len && (p[j] == 0x66 || p[j] == 0x67 || p[j] == 0xf2 || p[j] == 0xf3 ||
-			   p[j] == 0x2e || p[j] == 0x3e || (p[j] & 0xf0) == 0x40))
-		j++;
 	if (j >= len)
 		return 0;
 	if (p[j] == 0xc3 || p[j] == 0xc2)
@@ -446,6 +429,7 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	static const uint8_t reset[3] = { 0x4d, 0x87, 0xed }, dump[3] = { 0x4d, 0x87, 0xf6 };
 	size_t n = qemu_plugin_tb_n_insns(tb);
 	struct block *b = calloc(1, sizeof(*b));
+	qemu_plugin_u64 where;
 
 	(void)id;
 	if (!b)
@@ -458,21 +442,14 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	translated++;
 	translated_insns += n;
 	pthread_mutex_unlock(&lock);
-	if (fast) {
-		/* x86-64: module space from 0xffffffffa0000000, the kernel's text below it. */
-		qemu_plugin_u64 where = b->vaddr < 0xffff800000000000ULL ? FAST_FIELD(user) :
-					b->vaddr >= 0xffffffffa0000000ULL ? FAST_FIELD(module) :
-									     FAST_FIELD(kernel);
-
-		qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64,
-								  FAST_FIELD(insns), n);
-		qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64,
-								  FAST_FIELD(blocks), 1);
-		qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64,
-								  where, n);
-	} else {
+	/* x86-64: module space from 0xffffffffa0000000, the kernel's text below it. */
+	where = b->vaddr < 0xffff800000000000ULL ? COUNT(user) :
+		b->vaddr >= 0xffffffffa0000000ULL ? COUNT(module) : COUNT(kernel);
+	qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64, COUNT(insns), n);
+	qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64, COUNT(blocks), 1);
+	qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, QEMU_PLUGIN_INLINE_ADD_U64, where, n);
+	if (!fast)
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, on_exec, CB_NO_REGS, b);
-	}
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint8_t d[3] = { 0 };
@@ -505,17 +482,9 @@ static void on_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 				if (p[j] != 0x66 && p[j] != 0xf2 && p[j] != 0xf3 && (p[j] & 0xf0) != 0x40)
 					break;
 			}
-		/* A lock prefix, after any of the other prefixes. */
-		for (int j = 0; j < 4; j++) {
-			if (p[j] == 0xf0) {
-				b->nlock++;
-				break;
-			}
-			if (p[j] != 0x66 && p[j] != 0x67 && p[j] != 0xf2 && p[j] != 0xf3 &&
-			    p[j] != 0x2e && p[j] != 0x3e && p[j] != 0x26 && p[j] != 0x64 &&
-			    p[j] != 0x65 && p[j] != 0x36)
-				break;
-		}
+		/* A lock prefix among the prefixes. */
+		if (memchr(p, 0xf0, prefix_len(p, len)))
+			b->nlock++;
 		if (mem)
 			qemu_plugin_register_vcpu_mem_cb(insn, on_mem, CB_NO_REGS, MEM_RW,
 							 (void *)(uintptr_t)qemu_plugin_insn_vaddr(insn));
@@ -549,11 +518,9 @@ EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const void *info, int argc, 
 		fprintf(stderr, "insncount: fast=1 and mem=1 do not go together\n");
 		return -1;
 	}
-	if (fast) {
-		fast_sb = qemu_plugin_scoreboard_new(sizeof(struct fast_counts));
-		if (!fast_sb)
-			return -1;
-	}
+	counts = qemu_plugin_scoreboard_new(sizeof(struct vcpu_counts));
+	if (!counts)
+		return -1;
 	if (mem) {
 		pages_seen = calloc(NPAGES, sizeof(*pages_seen));
 		if (!pages_seen)

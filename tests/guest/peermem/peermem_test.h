@@ -317,6 +317,12 @@ static int gpusim_and_host_mr(struct conn *c, size_t len, uint8_t **h, struct ib
 
 static void load_modules(const char *args)
 {
+	/*
+	 * PEERMEM_EXTRA_ARGS: more module arguments for every load (a run of
+	 * a program under another configuration, e.g. watch_cache=0; on
+	 * request, docs/testing.md).
+	 */
+	const char *extra = getenv("PEERMEM_EXTRA_ARGS") ?: "";
 	char ko[512];
 	FILE *f;
 
@@ -343,13 +349,8 @@ static void load_modules(const char *args)
 		snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
 	if (access(ko, R_OK))
 		bail("%s is missing: build it with make KDIR=...", ko);
-	/*
-	 * PEERMEM_EXTRA_ARGS: more module arguments for every load (a run of
-	 * a program under another configuration, e.g. watch_cache=0; on
-	 * request, docs/testing.md).
-	 */
-	if (run("insmod %s %s %s", ko, args ? args : "", getenv("PEERMEM_EXTRA_ARGS") ?: ""))
-		bail("insmod peermem.ko %s %s failed", args ? args : "", getenv("PEERMEM_EXTRA_ARGS") ?: "");
+	if (run("insmod %s %s %s", ko, args ? args : "", extra))
+		bail("insmod peermem.ko %s %s failed", args ? args : "", extra);
 	f = fopen("/sys/module/peermem/parameters/peer_name", "r");
 	if (!f || !fgets(pm_name, sizeof(pm_name), f))
 		bail("cannot read peermem's peer_name");

@@ -39,10 +39,10 @@ ksym nvidia-peermem ffffffffa0000000 t nv_fn	[nvidia_peermem]
 P
 # Side 1: kfunc_a 5 insns x 20, pm_fn 3 x 10 (+ a user block 2 x 10);
 # side 2: kfunc_a 5 x 20, kfunc_b 4 x 10 (one of them atomic, one a TLB
-# flush; the block ends in a return, 10 lookups in the jump-cache model of
-# which 4 missed), nv_fn 1 x 10, and the per-vCPU lines of the newer
-# plugin (vCPU 0: 150 instructions, 40 blocks; the model's 30 lookups and
-# 10 misses). Side 1's lines have the older four columns.
+# flush; the block ends in a return, 30 lookups in the jump-cache model of
+# which 10 missed), nv_fn 1 x 10, and the per-vCPU lines of the newer
+# plugin (vCPU 0: 150 instructions, 40 blocks; where they ran). Side 1's
+# lines have the older four columns.
 cat >"$tmp/dumps.txt" <<'D'
 dump 0 translated 3 10
 ffffffff81000010 5 20 0
@@ -51,12 +51,12 @@ ffffffffa0000004 3 10 0
 end
 dump 1 translated 0 0
 ffffffff81000010 5 20 0
-ffffffff81000104 4 10 1 1 0,0,0,0,0,0 1 10 4
+ffffffff81000104 4 10 1 1 0,0,0,0,0,0 1 30 10
 ffffffffa0000000 1 10 0
 io ffffffff81000104 fed90000 3
 tr ffffffff81000104 4
 vcpu 0 150 40
-jc 0 30 10
+split 0 0 140 10
 end
 D
 out=$(python3 "$root/tests/bench/insns.py" "$tmp/dumps.txt" "$tmp/profile.txt" "$tmp/System.map" 10 2>&1)
@@ -71,8 +71,9 @@ check "^peermem: 15 guest instructions per operation .*blocks run per operation 
 check "^nvidia-peermem: 15 guest instructions per operation .*blocks run per operation 4, $tail_re 1, TLB-flushing \(CR3 write, INVLPG, INVPCID\) 1.00; blocks ending in a return 1, an indirect call or jump 0, popf/sti/stac/clac 0\$" \
 	"side 2: (5x20 + 4x10 + 1x10) / 10 = 15 instructions, 4 blocks, 1 atomic and 1 TLB flush per operation" '^nvidia-peermem: '
 check '^  nvidia-peermem: 15 / 4$' "the per-vCPU lines: instructions and blocks per operation" 'vCPU|^  nvidia-peermem: [0-9]+ /'
-check '^  nvidia-peermem: 3 / 1$' "the jump-cache model's lookups and misses per operation, all vCPUs" 'jump cache|^  nvidia-peermem: [0-9]+ /'
-check 'nvidia-peermem: .*kernel: the rest 2; 1 / 0' "by module: distinct blocks, the model's lookups and misses per operation" 'distinct|kernel: the rest'
+check '^  nvidia-peermem: 3 / 1$' "the jump-cache model's lookups and misses per operation, summed over the blocks" 'jump cache|^  nvidia-peermem: [0-9]+ /'
+check '^  nvidia-peermem: 15 \(0 \+ 14 \+ 1\)$' "the split lines: instructions per operation by where they ran" 'where they ran|^  nvidia-peermem: 15'
+check 'nvidia-peermem: .*kernel: the rest 2; 3 / 1' "by module: distinct blocks, the model's lookups and misses per operation" 'distinct|kernel: the rest'
 check '^ +\+3 +3 +0  pm_fn \[peermem\]$' "a module's function is named from the side's ksym lines" 'pm_fn'
 check '^ +-4 +0 +4  kfunc_b$' "a kernel function is named from System.map" 'kfunc_b'
 check 'peermem: .*peermem 3 / 1; user space 2 / 1' "by module: the module's and user space's instructions and blocks" 'gpusim|user space'
