@@ -208,7 +208,17 @@ build() { # build NAME CMD...: one build step, its log kept
 }
 build gpusim make -C "$tree/tests/gpusim" -j3 "${margs[@]}"
 build peermem make -C "$tree" -j3 "${margs[@]}"
-build nvidia-peermem "$tree/tests/nvpeermem/build.sh" --kdir "$kdir" --llvm "$llvm"
+# BENCH_PM_CALIBRATION=aa|onepin: nvidia-peermem itself, built under the
+# name peermem (aa), or with its probe pin compiled out (onepin), in
+# peermem's turn (tests/nvpeermem/build.sh --calibration; a calibration,
+# issue 26: docs/benchmarks.md "What the rest is").
+calib=
+case ${BENCH_PM_CALIBRATION:-} in
+'') ;;
+aa|onepin) calib=$work/calibration ;;
+*) pm_die "BENCH_PM_CALIBRATION=$BENCH_PM_CALIBRATION: aa or onepin" ;;
+esac
+build nvidia-peermem "$tree/tests/nvpeermem/build.sh" --kdir "$kdir" --llvm "$llvm" ${calib:+--calibration "$calib"}
 build pfnmap-exporter make -C "$tree/tests/pfnmap" "${margs[@]}"
 build benchmark make -C "$tree/tests/bench"
 for f in tests/gpusim/gpusim.ko tests/gpusim/testclient/gpusim_testclient.ko peermem.ko \
@@ -225,12 +235,12 @@ vmargs=(--kdir "$kdir" --mem "$mem" --no-kmemleak --test-timeout 7200)
 [ -n "$append" ] && vmargs+=(--append "${append# }")
 mods="GPUSIM_KO=$tree/tests/gpusim/gpusim.ko"
 mods+=" TESTCLIENT_KO=$tree/tests/gpusim/testclient/gpusim_testclient.ko"
-# BENCH_PM_KO=FILE: another module in peermem's turn, for a calibration
-# (issue 26): a module built with the name peermem (the bench loads and
-# unloads the sides by name), e.g. nvidia-peermem itself, renamed, for an
-# A/A run that shows what ratio two identical clients get, or a variant of
-# it. The results record the file (bench-results.json, "pm_ko"). Not under
-# /tmp: the guest sees the host's / but has a /tmp of its own.
+# BENCH_PM_KO=FILE: another module in peermem's turn, built with the name
+# peermem (the bench loads and unloads the sides by name); what
+# BENCH_PM_CALIBRATION uses. The results record the file (bench-results.json,
+# "pm_ko"). Not under /tmp: the guest sees the host's / but has a /tmp of
+# its own.
+[ -n "$calib" ] && BENCH_PM_KO=$calib/$BENCH_PM_CALIBRATION/peermem.ko
 pm_ko=${BENCH_PM_KO:-$tree/peermem.ko}
 [ -f "$pm_ko" ] || pm_die "BENCH_PM_KO=$pm_ko: no such file"
 mods+=" PEERMEM_KO=$pm_ko NVPEERMEM_KO=$tree/tests/nvpeermem/nvidia-peermem.ko"

@@ -36,6 +36,15 @@
 #    peer_mem.h} of that tag, takes NV_VERSION_STRING from the tag's
 #    version.mk, and checks that every header nvidia-peermem.c includes is
 #    there (conftest.h is written per build, as in 3.).
+# 7. --calibration DIR (the benchmark's calibration, docs/benchmarks.md
+#    "What the rest is"): also builds the Debian nvidia-peermem.c under the
+#    module name peermem, so that scripts/bench.sh can run it in peermem's
+#    turn (BENCH_PM_KO=DIR/aa/peermem.ko: an A/A run), and a variant with
+#    nv_mem_acquire's probe pin (its nvidia_p2p_get_pages and put_pages)
+#    compiled out, one pin per registration (DIR/onepin/peermem.ko; an
+#    experiment, not a client: it claims every address). The variant's
+#    source is made in the cache at build time, never committed. DIR must
+#    be where the guest sees it (not under /tmp, which it has its own of).
 #
 # Nothing of NVIDIA's is ever written into the repository except that
 # built, ignored .ko. Exit status 0 on success; on failure the last lines
@@ -47,17 +56,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 NV_REF_VERSION=${NV_REF_VERSION:-$NV_DEB_DEFAULT_VERSION}
 NV_GIT_VERSIONS=${NV_GIT_VERSIONS-595.45.04}
-kdir=${KDIR:-} llvm=${LLVM:-} import_git= import_tag=
+kdir=${KDIR:-} llvm=${LLVM:-} import_git= import_tag= calibration=
+usage='tests/nvpeermem/build.sh [--kdir DIR] [--llvm SUFFIX] [--calibration DIR] | --import-git DIR --tag TAG'
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--kdir|--llvm|--import-git|--tag)
-		pm_need_value 'tests/nvpeermem/build.sh [--kdir DIR] [--llvm SUFFIX] | --import-git DIR --tag TAG' "$@"
-		case $1 in --kdir) kdir=$2 ;; --llvm) llvm=$2 ;; --import-git) import_git=$2 ;; --tag) import_tag=$2 ;; esac
+	--kdir|--llvm|--import-git|--tag|--calibration)
+		pm_need_value "$usage" "$@"
+		case $1 in --kdir) kdir=$2 ;; --llvm) llvm=$2 ;; --import-git) import_git=$2 ;; --tag) import_tag=$2 ;; --calibration) calibration=$2 ;; esac
 		shift 2 ;;
 	-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) echo "nvpeermem: error: unknown argument '$1'; usage: tests/nvpeermem/build.sh [--kdir DIR] [--llvm SUFFIX] | --import-git DIR --tag TAG" >&2; exit 2 ;;
+	*) echo "nvpeermem: error: unknown argument '$1'; usage: $usage" >&2; exit 2 ;;
 	esac
 done
+case $calibration in /tmp/*) echo "nvpeermem: error: --calibration $calibration: the guest has a /tmp of its own; use a directory it sees (e.g. under \$PEERMEM_CACHE)" >&2; exit 2 ;; esac
 
 say() { printf 'nvpeermem: %s\n' "$*"; }
 # fail WHAT FIX: the reason and the fix as the last lines of the output.
@@ -190,11 +201,12 @@ done
 		"build gpusim first: make -C tests/gpusim KDIR=$kdir LLVM=$llvm"
 say "kernel: $kdir (release $krel, LLVM=$llvm); nvidia_p2p_* from $gsyms"
 
-# build_ko SRC NVVER KEYID DST: nvidia-peermem.c and its headers in SRC,
-# built as NVIDIA's build would (NV_VERSION_STRING NVVER) in the cache,
-# then copied to DST. KEYID names the source in the build directory's key.
+# build_ko SRC NVVER KEYID DST [NAME]: nvidia-peermem.c and its headers in
+# SRC, built as NVIDIA's build would (NV_VERSION_STRING NVVER) in the
+# cache as module NAME (default nvidia-peermem), then copied to DST. KEYID
+# names the source in the build directory's key.
 build_ko() {
-	local src=$1 nvver=$2 keyid=$3 dst=$4 key b f log ko vm incs
+	local src=$1 nvver=$2 keyid=$3 dst=$4 name=${5:-nvidia-peermem} key b f log ko vm incs objm
 	incs=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$src/nvidia-peermem.c")
 	key=$(printf '%s\n' "$kdir" "$krel" "$keyid" "$llvm" | sha256sum | cut -c1-12)
 	b=$PEERMEM_CACHE/nvpeermem/build-$key
@@ -209,11 +221,13 @@ build_ko() {
  * exports ib_register_peer_memory_client and ib_unregister_peer_memory_client). */
 #define NV_MLNX_IB_PEER_MEM_SYMBOLS_PRESENT 1
 EOF
+	objm="obj-m := $name.o"
+	[ "$name" = nvidia-peermem ] || objm+=$'\n'"$name-y := nvidia-peermem.o"
 	# The flags nvidia-peermem.Kbuild and the package's Kbuild give it.
 	put_if_changed "$b/Kbuild" <<EOF
-# Written by peermem's tests/nvpeermem/build.sh: nvidia-peermem.ko alone,
-# with the flags of the package's Kbuild and nvidia-peermem.Kbuild.
-obj-m := nvidia-peermem.o
+# Written by peermem's tests/nvpeermem/build.sh: nvidia-peermem.c alone
+# (module $name), with the flags of the package's Kbuild and nvidia-peermem.Kbuild.
+$objm
 ccflags-y += -I\$(src) -DNV_VERSION_STRING=\\"$nvver\\"
 ccflags-y += -UDEBUG -U_DEBUG -DNDEBUG -DNV_BUILD_MODULE_INSTANCES=0
 EOF
@@ -230,7 +244,7 @@ EOF
 		fail "modpost reported unresolved symbols for nvidia-peermem.ko $nvver (log: $log)" \
 			"the rig kernel or gpusim must export what nvidia-peermem.c calls, under the same names"
 	fi
-	ko=$b/nvidia-peermem.ko
+	ko=$b/$name.ko
 	[ -f "$ko" ] || fail "the build left no $ko (log: $log)" "read the log"
 	vm=$(modinfo -F vermagic "$ko" | cut -d' ' -f1)
 	[ "$vm" = "$krel" ] || fail "$ko is for kernel $vm, not $krel" "delete $b and rerun"
@@ -240,7 +254,7 @@ EOF
 	cp -f "$ko" "$dst.tmp.$$" && mv -f "$dst.tmp.$$" "$dst" ||
 		fail "cannot copy $ko to $dst" "check the permissions of $here"
 	say "built:  $ko (module $(modinfo -F name "$ko"), version $(modinfo -F version "$ko"), vermagic $vm)"
-	say "ready:  $dst (git-ignored; tests/guest/e2e/t_e2e_nvpeermem loads it)"
+	say "ready:  $dst (where the guest finds it; git-ignored in the repository)"
 }
 
 build_ko "$src" "$nvver" "$NV_DEBVER" "$here/nvidia-peermem.ko"
@@ -262,3 +276,26 @@ for tag in $NV_GIT_VERSIONS; do
 	say "source: $gsrc (commit $(sed -n 's/^commit //p' "$gsrc/origin" | cut -c1-12)): nvidia-peermem.c (sha256 $(sha256sum "$gsrc/nvidia-peermem.c" | cut -c1-16)), NV_VERSION_STRING $gver"
 	build_ko "$gsrc" "$gver" "git-$tag" "$here/${tag%%.*}/nvidia-peermem.ko"
 done
+
+# --- 7. --calibration: the benchmark's calibration modules --------------------
+if [ -n "$calibration" ]; then
+	csrc=$PEERMEM_CACHE/nvpeermem/calib-onepin-$NV_DEBVER
+	mkdir -p "$csrc" && cp -p "$src"/*.h "$csrc/" ||
+		fail "cannot prepare $csrc" "check the permissions and free space of $PEERMEM_CACHE"
+	# From nv_mem_acquire's first nvidia_p2p_get_pages( to its "1 means
+	# mine": the probe pin and its put, compiled out.
+	python3 - "$src/nvidia-peermem.c" <<'PY' | put_if_changed "$csrc/nvidia-peermem.c" ||
+import sys
+s = open(sys.argv[1]).read()
+f = s.index("static int nv_mem_acquire(")
+a = s.index("    ret = nvidia_p2p_get_pages(", f)
+b = s.index("    /* 1 means mine */", a)
+if s.find("static int", f + 1, b) != -1:
+    sys.exit("nv_mem_acquire's probe pin is not where expected")
+sys.stdout.write(s[:a] + "#if 0 /* peermem's calibration: no probe pin */\n" + s[a:b] + "#endif\n" + s[b:])
+PY
+		fail "cannot make the one-pin variant of $src/nvidia-peermem.c" \
+			"nvidia-peermem.c changed shape: update step 7 of tests/nvpeermem/build.sh"
+	build_ko "$src" "$nvver" "$NV_DEBVER-calibration-aa" "$calibration/aa/peermem.ko" peermem
+	build_ko "$csrc" "$nvver" "$NV_DEBVER-calibration-onepin" "$calibration/onepin/peermem.ko" peermem
+fi
