@@ -15,8 +15,9 @@ translated code are then split by guest function, and the first two
 sides' time per reg+dereg is compared by symbol (guest functions and
 QEMU's own), in microseconds per operation.
 
-The passes are the stretches of samples between idle gaps (under 20
-samples per 0.5 s for at least 1.5 s), named in the order of the guest's
+The passes are the stretches of samples between idle gaps (under a
+fifth of a busy half second's samples, at least 20, per 0.5 s
+for at least 1.5 s), named in the order of the guest's
 "profile SIDE" lines; the boot and setup before the first pass are the
 first stretch's head, so each pass is taken as the last W seconds of its
 stretch, W = its wall time from the guest (reg+dereg count x ms each).
