@@ -68,6 +68,12 @@ unsigned int peermem_param_watch_cache_mib(void);
  */
 unsigned long peermem_mm_current_key(void);
 
+/*
+ * The calling thread's thread group id (current->tgid, the global pid of
+ * its process): NVIDIA's driver's identity of "the calling process".
+ */
+int peermem_current_tgid(void);
+
 /* ---- Scatter-gather tables (what dma_map() hands to the core) */
 
 /*

@@ -127,6 +127,11 @@ unsigned long peermem_mm_current_key(void)
 	return (unsigned long)current->mm;
 }
 
+int peermem_current_tgid(void)
+{
+	return current->tgid;
+}
+
 unsigned int peermem_param_watch_cache(void)
 {
 	return watch_cache;
@@ -248,7 +253,12 @@ int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t chang
 {
 	peermem_watch_hold = hold;
 	peermem_watch_changed = changed;
-	peermem_wq = alloc_workqueue("peermem", WQ_UNBOUND, 0);
+	/*
+	 * WQ_MEM_RECLAIM: a blocking PFN invalidation (munmap, an exporter's
+	 * zap, which reclaim can cause) waits for its work item holding the
+	 * mmap lock; a rescuer thread runs it when no new worker can be made.
+	 */
+	peermem_wq = alloc_workqueue("peermem", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
 	return peermem_wq ? 0 : -ENOMEM;
 }
 

@@ -10,12 +10,16 @@
 //! non-invalidating, which pins persistently and serves the umems the core
 //! cannot invalidate (queue buffers, doorbell pages) and the registrations
 //! `nv_mem` declines; `enable_invalidate=0` or `enable_nc=0` leaves one
-//! out. Each registration pins its GPU pages once, in `acquire`, and maps
+//! out. Each registration pins its GPU pages in `acquire` (`nv_mem`: a pin
+//! with a free callback that watches the memory, and a persistent keeper
+//! that is what gets mapped; `nv_mem_nc`: one persistent pin), and maps
 //! them for the RDMA device's PCI device (`nvidia_p2p_dma_map_pages`) with
 //! contiguous bus addresses coalesced; when the GPU memory is freed under a
-//! live `nv_mem` registration the driver's free callback invalidates it
-//! through the core, and so does an mmu interval notifier when the process
-//! unmaps or moves the registered range. See `docs/module.md`.
+//! live `nv_mem` registration the driver's free callback queues its
+//! revocation through the core, and so does an mmu interval notifier when
+//! the process unmaps or moves the registered range. A pin with a free
+//! callback is given back only in the process that made it (the driver
+//! ignores a put from anywhere else). See `docs/module.md`.
 //!
 //! Layout (`docs/architecture.md`): `kapi` holds the safe abstractions,
 //! one per concept (the peer-memory core client, the NVIDIA P2P page table
@@ -190,15 +194,30 @@ impl Drop for PeerMem {
             );
         }
         // First, so no file can be opened any more; open files hold a
-        // module reference, so none is left.
+        // module reference, so none is left. The debugfs files too (their
+        // removal waits for a write in progress): no flush of the watch-pin
+        // cache runs beside the unload's drain below.
         drop(self.events.take());
+        drop(self.debugfs.take());
         // Each sleeps until the core released every registration of that
         // client (which stops every address watch).
         drop(self.core_nc.take());
         drop(self.core.take());
-        // The watch-pin cache's entries (their pins put), before the work
-        // queue their free callbacks queue to goes.
-        client::wcache::drain();
+        // The watch-pin cache's entries, before the work queue their free
+        // callbacks queue to goes: the pins of other processes are left to
+        // their free callbacks (only the pinning process can put them).
+        client::wcache::drain_all();
+        let left = stats::STATS
+            .pins_left_to_callback
+            .get()
+            .wrapping_sub(stats::STATS.pins_left_freed.get());
+        if left != 0 {
+            pr_warn!(
+                "{}: waiting for {} GPU pin(s) that only the processes that made them can give back (NVIDIA's driver ignores a put from any other process): unloading completes when those processes free the memory or exit\n",
+                doing,
+                left
+            );
+        }
         // Runs the address-change work items still queued.
         drop(self.watches.take());
         // A GPU free callback may still be finishing on another CPU.
@@ -211,7 +230,6 @@ impl Drop for PeerMem {
                 left
             );
         }
-        drop(self.debugfs.take());
         if !self.loaded {
             pr_info!(
                 "the load failed (see the message above); everything it had set up is undone\n"

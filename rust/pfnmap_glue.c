@@ -4,8 +4,11 @@
  * memory"): the module parameter, the PFN walk under the mmap lock
  * (follow_pfnmap_start/end, 6.12+), the lookup of a PCI BAR and its
  * peer-to-peer path (pci_p2pdma_distance) and the DMA mapping of the runs
- * (dma_map_resource, or a BAR's bus addresses). The decisions stay in Rust (rust/client/source/pfn.rs,
- * rust/kapi/pfnmap.rs); see include/peermem_pfnmap.h for the contract.
+ * (dma_map_resource, or a BAR's bus addresses). The walk classifies what
+ * it finds here (firmware RAM, which BAR holds a run, the peer-to-peer map
+ * type); what to do with a range is decided in Rust
+ * (rust/client/source/pfn.rs, rust/kapi/pfnmap.rs); see
+ * include/peermem_pfnmap.h for the contract.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 

@@ -241,12 +241,13 @@ extra_job() { local desc=$1 env=$2; shift 2; extra+=("$desc"'|'"$env"'|'"$*"); }
 # table as t_peermem_basic's; t_peermem_noinval: persistent pins as
 # t_peermem_nc's; t_peermem_rm_lock: gpusim's RM lock, the same in every
 # branch; t_peermem_wcache: the watch-pin cache, its pins and frees as
-# t_peermem_basic's and t_peermem_free's) run against 595 only, to keep CI in its time; with
+# t_peermem_basic's and t_peermem_free's; t_peermem_identity: which process
+# puts a pin, the same rule in every branch) run against 595 only, to keep CI in its time; with
 # PEERMEM_OLD_BRANCH_ALL=1 both areas run whole. PEERMEM_OLD_BRANCH=none
 # skips it, another value picks the branch.
 old_branch=${PEERMEM_OLD_BRANCH:-550}
 [ "$kcsan" = 0 ] || old_branch=none
-any_branch='^t_(peermem_(failnth|failnth_load|loadfail|hostile|lifetime|oom|notifier_alloc|rcache|stale|events|evfiles|genpage|rmrace|mmu|dma|noinval|rm_lock|wcache)|e2e_refclient)$'
+any_branch='^t_(peermem_(failnth|failnth_load|loadfail|hostile|lifetime|oom|notifier_alloc|rcache|stale|events|evfiles|genpage|rmrace|mmu|dma|noinval|rm_lock|wcache|identity)|e2e_refclient)$'
 if [ "$old_branch" != none ]; then
 	[[ $old_branch =~ ^[0-9]+$ ]] || pm_die "PEERMEM_OLD_BRANCH=$old_branch: want a gpusim branch (550, 570, 580, 595) or none"
 	btests=()

@@ -102,6 +102,11 @@ pub(crate) static DELAY_DMA_UNMAP_MS: Knob = Knob::new();
 /// put has no other window: it holds no pin).
 pub(crate) static DELAY_PUT_PAGES_MS: Knob = Knob::new();
 
+/// Delay in dropping a registration taken out of the watch-pin cache's
+/// table (a flush, making room, unload), before its `parked` mark is
+/// cleared and its watch pin put.
+pub(crate) static DELAY_DROP_PARKED_MS: Knob = Knob::new();
+
 /// PFN-map source: delay in the walk of a range's page tables, every
 /// 4096 pages (`PEERMEM_PFN_WALK_BATCH`) (a long walk of a large ring, made
 /// long on purpose).
@@ -164,6 +169,7 @@ pub(crate) fn for_each(mut f: impl FnMut(Names, &'static Knob)) {
     );
     f(names!("inject_delay_teardown_ms"), &DELAY_TEARDOWN_MS);
     f(names!("inject_delay_pfn_walk_ms"), &DELAY_PFN_WALK_MS);
+    f(names!("inject_delay_drop_parked_ms"), &DELAY_DROP_PARKED_MS);
 }
 
 impl Knob {

@@ -22,27 +22,44 @@
 //!
 //! Each range the core offers and peermem claims is one [`Registration`],
 //! reference counted (`Arc`). References: the core's `client_context`
-//! (from `acquire` to `release`), and, for a non-persistent pin (`nv_mem`), the free
-//! callback's, kept in a registry under an id that is the callback's
-//! `data` ([`crate::kapi::cbref`]). Whoever removes it from the registry
-//! owns it: the free callback, on entry, or `unpin` after a put that
+//! (from `acquire` to `release`), and, for a pin with a free callback
+//! (`nv_mem`), the callback's, kept in a registry under an id that is the
+//! callback's `data` ([`crate::kapi::cbref`]). Whoever removes it from the
+//! registry owns it: the free callback, on entry, or the put after it
 //! returned 0. Removal is atomic, so this holds whatever the driver's put
 //! returns and whenever its callback runs.
 //!
-//! Its state ([`Phase`]) lives under its own lock:
+//! An `nv_mem` registration holds two pins (docs/module.md, "The keeper"):
+//! the **watch pin** (`nvidia_p2p_get_pages`, with the free callback; in
+//! `gpu::WatchPin`), which only tells peermem that the memory is being
+//! freed, and the **keeper** (`nvidia_p2p_get_pages_persistent`), the
+//! phase's table, which is what gets mapped and what keeps the memory
+//! until the revocation finished. Without a keeper (the driver refuses
+//! persistent pins by design) the phase holds the pin with the callback.
+//! `nv_mem_nc` and the PFN source hold one persistent pin or nothing.
+//!
+//! The phase ([`Phase`], the keeper's table) lives under the
+//! registration's own lock:
 //!
 //! ```text
-//!  acquire: New --pin--> Pinned --get_pages (ticket)--> Pinned --dma_map--> Mapping --> Mapped
-//!                                                         ^      (map failed) |          |
-//!                                                         +------------------+-dma_unmap-+
-//!  put_pages/release:  Pinned --> Unpinning --put returned 0, reference taken--> Unpinned
-//!                                     |   (refused, or the callback took the reference)
-//!                                     |            --> CallbackPending --free callback--> Freed
-//!                                     | free callback meanwhile: noted, then --> Freed
-//!  free callback:  New | Pinned | Mapped --> Freed   (then: invalidate, free the DMA mapping)
-//!                  (Mapping: waits until dma_map ends it)
-//!  address change: Pinned | Mapped, revoked (then: invalidate, unmap, unpin as put_pages does)
+//!  acquire: New --watch pin, keeper--> Pinned --get_pages (ticket)--> Pinned --dma_map--> Mapping --> Mapped
+//!                                                                       ^     (map failed) |          |
+//!                                                                       +------------------+-dma_unmap-+
+//!  put_pages/release:  Pinned --> Unpinning --put returned--> Unpinned    (then the watch pin's put)
+//!  free callback:  the watch pin goes to the driver (Held -> Gone), gpu_freed is marked and the
+//!                  revocation queued to a work item; the keeper keeps the memory meanwhile
+//!                  (without a keeper: Pinned | Mapped --> Freed, invalidating in the callback)
+//!  revocation (work item: GPU free or address change): Pinned | Mapped, revoked
+//!                  (then: invalidate through the core, unmap, give the keeper back)
 //! ```
+//!
+//! A pin with a free callback is given back only in the process that made
+//! it (NVIDIA's driver ignores a put from anywhere else:
+//! [`crate::kapi::nvidia_p2p`]). A revocation's work item therefore leaves
+//! the watch pin to the registration's release; a release in another
+//! process, or unload, leaves it to its free callback, whose registry
+//! entry keeps the registration until then (docs/module.md, "Which
+//! process gives a pin back").
 //!
 //! # Address-space changes
 //!
@@ -51,10 +68,12 @@
 //! an mmu interval notifier). When the process unmaps or moves the range, the
 //! addresses no longer mean the pinned GPU memory: a work item marks the
 //! registration `revoked`, invalidates it through the core like a free
-//! does, then unmaps and unpins it itself (with `PEER_MEM_INVALIDATE_UNMAPS`
-//! the core no longer does). The watch is started in `acquire` before the
-//! pin and stopped in `release` (or when `acquire` declines) before the
-//! core's reference goes; the work item holds its own reference.
+//! does, then unmaps it and gives the keeper back itself (with
+//! `PEER_MEM_INVALIDATE_UNMAPS` the core no longer does). The watch is
+//! started in `acquire` before the pin and stopped in `release` (or when
+//! `acquire` declines, or when the watch-pin cache drops a parked
+//! registration) before the last reference that is not the notifier's
+//! goes; the work item holds its own reference.
 //!
 //! # Locking
 //!
@@ -63,17 +82,20 @@
 //! `nvidia_p2p_put_pages*`, and calls free callbacks with it held (gpusim's
 //! `rm_lock` emulates it). The free callback takes the registration lock,
 //! so the registration lock is never held across any of those calls:
-//! `acquire` pins before it locks (a callback that comes first finds `New`
-//! and leaves `Freed`), `dma_map` maps in `Mapping`, outside the lock (the
-//! table is its own then; every other path waits for the phase to end), and
-//! `unpin` puts outside the lock. Nor is it held while calling the core's
-//! invalidate (the core waits there for the umem's mapping lock, held
-//! across `get_pages`/`dma_map`, which take this lock). Only
-//! `nvidia_p2p_dma_unmap_pages` runs under it (the driver takes no RM lock
-//! there). What remains is not peermem's: OFED's core holds the umem's
-//! mapping lock across `dma_map`, hence across `nvidia_p2p_dma_map_pages`,
-//! and a free callback must invalidate through the core, which takes that
-//! lock. See `docs/module.md`, "Locking".
+//! `acquire` pins before it locks (a callback that comes first finds the
+//! watch pin `Pinning` and marks `gpu_freed`), `dma_map` maps in
+//! `Mapping`, outside the lock (the table is its own then; every other
+//! path waits for the phase to end), and the puts are made outside the
+//! lock. Nor is it held while calling the core's invalidate (the core
+//! waits there for the umem's mapping lock, held across
+//! `get_pages`/`dma_map`, which take this lock). With a keeper the free
+//! callback waits for nothing and never calls the core: the revocation
+//! runs in a work item. Only `nvidia_p2p_dma_unmap_pages` runs under the
+//! registration lock (the driver takes no RM lock there). What remains is
+//! the fallback without a keeper: OFED's core holds the umem's mapping lock
+//! across `dma_map`, hence across `nvidia_p2p_dma_map_pages`, and that
+//! callback must invalidate through the core, which takes that lock. See
+//! `docs/module.md`, "Locking".
 
 use crate::kapi::device::DmaDevice;
 use crate::kapi::mmu_notifier::{AddressChange, Unmapping};

@@ -19,6 +19,7 @@ use crate::kapi::pfnmap::PfnRuns;
 use crate::kapi::print::warn_ratelimited;
 use crate::kapi::scatterlist::{SgTable, SgView};
 use crate::kapi::sync::{new_condvar, new_lock, CondVar, Lock, LockGuard};
+use crate::kapi::task::ThreadGroup;
 use crate::kapi::work::WorkItem;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
@@ -95,6 +96,11 @@ struct Inner {
     /// put, the watch pin and the address watch kept. A free callback
     /// then queues the work item that drops the entry.
     parked: bool,
+    /// The registration ended holding a pin with a free callback that
+    /// only another process could give back (counted in
+    /// `pins_left_to_callback`): the callback's registry entry keeps this
+    /// object until the driver calls it ([`Registration::leave_to_callback`]).
+    left_to_callback: bool,
 }
 
 /// One range claimed in `acquire`.
@@ -196,6 +202,7 @@ fn new(
                     invalidating: 0,
                     read_only: false,
                     parked: false,
+                    left_to_callback: false,
                 },
                 "peermem_registration"
             ),
@@ -210,8 +217,10 @@ fn new(
 }
 
 /// `acquire` of client `kind`: is `[addr, addr + size)` memory of the GPU
-/// driver? If so pin it (once, for the whole registration; persistently
-/// for [`Kind::Persistent`]) and return the registration.
+/// driver? If so pin it for the whole registration (`nv_mem`: the pin with
+/// the free callback, or the one the watch-pin cache kept, then the
+/// keeper; [`Kind::Persistent`]: one persistent pin) and return the
+/// registration.
 pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registration>> {
     let stats = kind.stats();
     let Ok(range) = GpuRange::new(addr, size) else {
@@ -280,8 +289,9 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     // driver frees the table when the callback returns.
     let pin = || gpu::pin(&range, (!persistent).then(|| reg.clone()));
     let mut pinned = pin();
-    if matches!(pinned, Err(e) if e != EINVAL) && wcache::drain() != 0 {
-        // Cached watch pins hold BAR1 space: dropped, one more try.
+    if matches!(pinned, Err(e) if e != EINVAL) && wcache::drain_mine() != 0 {
+        // This process's cached watch pins hold BAR1 space: given back
+        // (here, in the process that pinned them), one more try.
         pinned = pin();
     }
     let pt = match pinned {
@@ -319,17 +329,34 @@ fn finish_acquire(
     // still outside every lock of peermem and of the core's umem
     // (`acquire` runs under the core's client list mutex only).
     // `Gone` (the memory is being freed): declined below.
+    // `Unsupported` (the driver refuses persistent pins by design): one
+    // pin. `NoRoom` (BAR1 full): this process's cached watch pins are
+    // given back and the keeper tried once more; then, like any other
+    // failure, the range is declined below.
     let mut keeper_gone = false;
+    let mut keeper_failed = None;
     let keeper = if persistent {
         None
     } else {
-        match gpu::pin_keeper(stats, &range) {
+        let mut k = gpu::pin_keeper(stats, &range);
+        if matches!(k, Keeper::NoRoom) && wcache::drain_mine() != 0 {
+            k = gpu::pin_keeper(stats, &range);
+        }
+        match k {
             Keeper::Pinned(k) => Some(k),
             Keeper::Gone => {
                 keeper_gone = true;
                 None
             }
-            Keeper::Refused => None,
+            Keeper::Unsupported => None,
+            Keeper::NoRoom => {
+                keeper_failed = Some(ENOMEM);
+                None
+            }
+            Keeper::Failed(e) => {
+                keeper_failed = Some(e);
+                None
+            }
         }
     };
     inject::DELAY_ACQUIRE_MS.delay();
@@ -392,6 +419,16 @@ fn finish_acquire(
         warn_ratelimited(
             c"the GPU memory was freed while it was being registered; declining the range",
         );
+        return None;
+    }
+    if let Some(e) = keeper_failed {
+        // No keeper and no reason to register with one pin: the watch pin
+        // (now the phase's) is put back, here in the pinning process.
+        drop(g);
+        reg.stop_watch();
+        reg.unpin();
+        stats.registrations_declined.inc();
+        gpu::report_keeper_failed(stats, &range, e);
         return None;
     }
     if let Err(why) = checked {
@@ -697,6 +734,7 @@ pub(crate) fn release(reg: Arc<Registration>) {
         reg.unpin_phase();
     } else {
         reg.unpin();
+        reg.leave_to_callback();
     }
     reg.stats().registrations_released.inc();
     // The core frees its client once every release returned: no call of its
@@ -728,7 +766,7 @@ fn parkable(reg: &Registration, g: &Inner) -> bool {
         && g.invalidating == 0
         && g.ticket.is_none()
         && matches!(g.phase, Phase::Unpinned)
-        && matches!(g.watch_pin, WatchPin::Held(_))
+        && g.watch_pin.held_here()
         && mm::current_key() == reg.mm_key
 }
 
@@ -793,15 +831,21 @@ fn unpark(reg: &Registration) -> Option<PageTable<Registration>> {
 /// address watch and puts its watch pin (unless the free callback took
 /// it). No lock held; sleeps.
 pub(super) fn drop_parked(reg: Arc<Registration>) {
+    // Out of the table, still marked: a free callback now queues the work
+    // item, which finds nothing to take out (unload removes the flush file
+    // before its own drain, so the work queue outlives this window).
+    inject::DELAY_DROP_PARKED_MS.delay();
     reg.inner.lock().parked = false;
     reg.stats().watch_cache_evicted.inc();
     drop_unparked(reg);
 }
 
-/// `release`'s end for a registration not parked: as before the cache.
+/// `release`'s end for a registration not parked: its watch pin put
+/// (where the caller can: otherwise left to its callback).
 pub(super) fn drop_unparked(reg: Arc<Registration>) {
     reg.stop_watch();
     reg.unpin_watch();
+    reg.leave_to_callback();
 }
 
 /// The GPU driver's free callback for a pin whose put returned 0 before it
@@ -824,6 +868,9 @@ pub(crate) fn gpu_freed(reg: Arc<Registration>) {
     let stats = reg.stats();
     stats.free_callbacks.inc();
     let mut g = reg.inner.lock();
+    if core::mem::replace(&mut g.left_to_callback, false) {
+        stats.pins_left_freed.inc();
+    }
     match g.watch_pin.freed(stats) {
         WatchFreed::Unkept => {
             // No keeper: the pin with this callback is the phase's.
@@ -911,6 +958,15 @@ fn revoke(reg: Arc<Registration>, why: Revocation) {
         let mut g = reg.inner.lock();
         if !g.parked {
             None
+        } else if why == Revocation::AddressChange {
+            // Its range was unmapped or moved: the watch's fired mark keeps
+            // any registration from reusing it. It stays in the table: its
+            // watch pin can be given back only by the process that pinned
+            // it (this is a work item), which does so when it next meets
+            // the entry (a registration of the range, the cache making room
+            // or a flush in that process), or the driver calls its free
+            // callback (the memory is freed, or that process exits).
+            return;
         } else {
             g.parked = false;
             Some(wcache::remove(&reg))
@@ -1161,10 +1217,13 @@ impl Registration {
     /// returned 0 takes the free callback's reference out of the registry,
     /// unless the callback took it first.
     fn unpin(&self) {
-        if self.unpin_phase() {
-            // The keeper went first: the watch pin alone keeps nothing mapped.
-            self.unpin_watch();
-        }
+        // The keeper first (if it is still pinned and nobody is putting it
+        // already): the watch pin alone keeps nothing mapped. The watch pin
+        // goes whatever the phase: an address change's work item gives the
+        // keeper back but cannot put the watch pin (not the pinning
+        // process), which the registration's release then does.
+        self.unpin_phase();
+        self.unpin_watch();
     }
 
     /// Whether this registration may go to the watch-pin cache at
@@ -1212,7 +1271,18 @@ impl Registration {
                 }
             };
             let pages = pt.entries();
-            (pt.begin_put(), pages)
+            match pt.begin_put() {
+                Ok(pending) => (pending, pages),
+                Err(pt) => {
+                    // A pin with a free callback (no keeper), and not the
+                    // pinning process (an address change's work item, a
+                    // release elsewhere): the driver would ignore the put.
+                    // It stays pinned, unmapped, for the release in the
+                    // pinning process or the free callback.
+                    g.phase = Phase::Pinned(Pages::Gpu(pt));
+                    return false;
+                }
+            }
         };
         let persistent = pending.is_persistent();
         let keeper = persistent && self.kind == Kind::Invalidating;
@@ -1265,5 +1335,40 @@ impl Registration {
             gpu::report_watched_put_error(self.stats(), &self.range, e);
         }
         drop(taken);
+    }
+
+    /// The end of a registration (its release, or its cache entry dropped)
+    /// that could not give back a pin with a free callback because the
+    /// caller is not the process that pinned it: the pin stays with the
+    /// GPU driver, whose free callback comes when that process frees the
+    /// memory or exits, and the callback's registry entry keeps this
+    /// object until then (module unload waits for it). Counted and logged.
+    fn leave_to_callback(&self) {
+        let pinner = {
+            let mut g = self.inner.lock();
+            let pinner = match (&g.phase, &g.watch_pin) {
+                (_, WatchPin::Held(pt)) if !pt.puttable_here() => pt.pinner(),
+                (Phase::Pinned(Pages::Gpu(pt)), _) if !pt.puttable_here() => pt.pinner(),
+                _ => return,
+            };
+            if core::mem::replace(&mut g.left_to_callback, true) {
+                return;
+            }
+            pinner
+        };
+        self.stats().pins_left_to_callback.inc();
+        static REPORTED: AtomicBool = AtomicBool::new(false);
+        if !REPORTED.swap(true, Ordering::Relaxed) {
+            pr_warn!(
+                "a GPU pin of {:#x}+{:#x} made by process {} ends in process {}, where NVIDIA's driver ignores a put: it stays pinned until process {} frees the memory or exits (counted in pins_left_to_callback; unloading peermem waits for it)\n",
+                self.range.aligned_start(),
+                self.range.aligned_len(),
+                pinner.pid(),
+                ThreadGroup::current().pid(),
+                pinner.pid()
+            );
+        } else {
+            warn_ratelimited(c"another GPU pin ends outside the process that made it; it stays pinned until that process frees the memory or exits (pins_left_to_callback)");
+        }
     }
 }

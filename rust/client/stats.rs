@@ -144,12 +144,27 @@ define_stats! {
     keeper_pins,
     /// `nv_mem`: keeper pins given back. Live: keeper_pins - keeper_unpins.
     keeper_unpins,
-    /// `nv_mem`: keeper pins the GPU driver refused (e.g. confidential
-    /// computing, MIG without an internal P2P object); that registration
-    /// falls back to one pin whose free callback waits for a mapping in
-    /// progress, which can deadlock with a free racing the registration
-    /// (logged; docs/module.md, "Locking").
+    /// `nv_mem`: keeper pins the GPU driver refuses by design
+    /// (`ENOTSUPP`: confidential computing, MIG without an internal P2P
+    /// object); that registration falls back to one pin whose free
+    /// callback waits for a mapping in progress, which can deadlock with a
+    /// free racing the registration (logged; docs/module.md, "Locking").
     keeper_pins_refused,
+    /// `nv_mem`: keeper pins that failed otherwise (`ENOMEM`: BAR1 full,
+    /// after the process's cached pins were given back and one more try;
+    /// any other error): the registration is declined (logged).
+    keeper_pins_failed,
+    /// `nv_mem`: pins with a free callback left with the GPU driver when
+    /// their registration ended, because the process that would give them
+    /// back is not the one that pinned them (NVIDIA's driver ignores a put
+    /// from any other process): the deregistration ran in another process
+    /// (a forked child, a passed file), or peermem unloaded while a
+    /// process had cached pins. Each stays until the pinning process frees
+    /// the memory or exits, when the driver calls its free callback.
+    /// Left now: pins_left_to_callback - pins_left_freed.
+    pins_left_to_callback,
+    /// `nv_mem`: free callbacks of pins left to them.
+    pins_left_freed,
     /// `nv_mem`: revocations the free callback queued to a work item (the
     /// core's invalidate, the PCI unmap and the keeper's put run there,
     /// after the callback returned).

@@ -18,6 +18,16 @@
 //! memory is freed (at the latest when the GPU driver tears the process's
 //! memory down), the cache needs the room, or peermem unloads.
 //!
+//! An entry's watch pin can be given back only by the process that pinned
+//! it (NVIDIA's driver ignores `nvidia_p2p_put_pages` from any other:
+//! `crate::kapi::nvidia_p2p`), so the cache is one table with entries per
+//! process: a process's registration evicts only that process's entries,
+//! a failed pin gives back only the caller's, and the flush file drops
+//! the writer's. An entry whose range was unmapped stays until its process
+//! meets it again or its free callback comes. At unload, entries of other
+//! processes cannot be given back: their pins are left to their free
+//! callbacks, which unload waits for (`pins_left_to_callback`).
+//!
 //! Entries live in a small table in a `static` under the C glue's global
 //! spinlock (never held across anything but the table's own work, never
 //! together with another guard of that lock). A registration is in the
@@ -27,6 +37,7 @@
 use super::registration::{self, Registration};
 use crate::kapi::debugfs::Action;
 use crate::kapi::global_lock::EventsLocked;
+use crate::kapi::task::ThreadGroup;
 use crate::kapi::{mm, module_param};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
@@ -47,6 +58,8 @@ struct Entry {
     /// The registering address space ([`mm::current_key`]); the started
     /// address watch keeps its `mm_struct`, so the key is not reused.
     mm: usize,
+    /// The process that pinned the watch pin, the only one that can put it.
+    owner: ThreadGroup,
     addr: u64,
     len: u64,
     /// GPU memory its watch pin covers (the aligned range).
@@ -78,21 +91,28 @@ impl Table {
         Some(e.reg)
     }
 
-    /// Takes out the oldest entry, if any.
-    fn take_oldest(&mut self) -> Option<Arc<Registration>> {
+    /// Takes out the oldest entry of `owner`'s, if any.
+    fn take_oldest(&mut self, owner: ThreadGroup) -> Option<Arc<Registration>> {
         let i = self
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|e| (i, e.stamp)))
+            .filter_map(|(i, s)| {
+                s.as_ref()
+                    .filter(|e| e.owner == owner)
+                    .map(|e| (i, e.stamp))
+            })
             .min_by_key(|&(_, stamp)| stamp)?
             .0;
         self.take_slot(i)
     }
 
-    /// Takes out the first entry, if any.
-    fn take_any(&mut self) -> Option<Arc<Registration>> {
-        let i = self.slots.iter().position(|s| s.is_some())?;
+    /// Takes out the first entry (of `owner`'s, if given), if any.
+    fn take_any(&mut self, owner: Option<ThreadGroup>) -> Option<Arc<Registration>> {
+        let i = self.slots.iter().position(|s| {
+            s.as_ref()
+                .is_some_and(|e| owner.is_none_or(|o| e.owner == o))
+        })?;
         self.take_slot(i)
     }
 
@@ -174,19 +194,21 @@ pub(crate) fn remove(reg: &Registration) -> Option<Arc<Registration>> {
     t.take_slot(i)
 }
 
-/// Makes room for an entry of `bytes`: drops the oldest entries until it
-/// fits. `false` if it can never fit.
+/// Makes room for an entry of `bytes`: drops the caller's oldest entries
+/// until it fits (another process's cannot be given back here). `false`
+/// if it does not fit.
 fn make_room(bytes: u64) -> bool {
     if bytes > LIMIT_BYTES.load(Ordering::Relaxed) {
         return false;
     }
+    let me = ThreadGroup::current();
     loop {
         let victim = {
             let mut t = TABLE.lock();
             if t.fits(bytes) {
                 return true;
             }
-            t.take_oldest()
+            t.take_oldest(me)
         };
         match victim {
             // Outside the lock: puts the watch pin.
@@ -213,6 +235,7 @@ pub(super) fn insert(reg: &Arc<Registration>, mm: usize, addr: u64, len: u64, by
     t.clock += 1;
     t.slots[i] = Some(Entry {
         mm,
+        owner: ThreadGroup::current(),
         addr,
         len,
         bytes,
@@ -237,14 +260,12 @@ pub(crate) fn park_or_drop(reg: Arc<Registration>) {
     registration::drop_unparked(reg);
 }
 
-/// Drops every entry (their watch pins put); returns how many. For unload
-/// (after the core released every registration, before the work queue
-/// goes), the `watch_cache_flush` debugfs file, and a pin that failed.
-pub(crate) fn drain() -> u32 {
+/// Drops the entries of `owner` (every entry for `None`); returns how many.
+fn drain_of(owner: Option<ThreadGroup>) -> u32 {
     let mut n = 0;
     loop {
         // The guard goes at the end of this statement: never held below.
-        let reg = TABLE.lock().take_any();
+        let reg = TABLE.lock().take_any(owner);
         let Some(reg) = reg else {
             return n;
         };
@@ -253,11 +274,27 @@ pub(crate) fn drain() -> u32 {
     }
 }
 
-/// The `watch_cache_flush` debugfs file: drops every entry.
+/// Drops the caller's entries, their watch pins put; returns how many.
+/// For a pin of the caller's that failed, and the `watch_cache_flush`
+/// debugfs file.
+pub(crate) fn drain_mine() -> u32 {
+    drain_of(Some(ThreadGroup::current()))
+}
+
+/// Drops every entry, at unload (after the core released every
+/// registration and the flush file is gone, before the work queue goes):
+/// the caller's watch pins are put, every other process's left to their
+/// free callbacks, which unload then waits for.
+pub(crate) fn drain_all() -> u32 {
+    drain_of(None)
+}
+
+/// The `watch_cache_flush` debugfs file: drops the writer's entries (only
+/// the process that pinned a watch pin can give it back).
 pub(crate) struct Flush;
 
 impl Action for Flush {
     fn run() {
-        drain();
+        drain_mine();
     }
 }

@@ -58,6 +58,7 @@ pub(crate) mod pfnmap;
 pub(crate) mod print;
 pub(crate) mod scatterlist;
 pub(crate) mod sync;
+pub(crate) mod task;
 pub(crate) mod uapi;
 pub(crate) mod work;
 

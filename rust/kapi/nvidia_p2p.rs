@@ -12,9 +12,21 @@
 //! gives it to the driver in the callback. A table mapped for a device is a
 //! [`MappedTable`]: the mapping and its table in one value, so an unmap
 //! always gets the right table.
+//!
+//! A non-persistent pin can be given back only by the process that made
+//! it: NVIDIA's driver looks such a table up among the pins of the calling
+//! process (`RmP2PPutPages` → `RmP2PGetInfoWithoutToken`, by
+//! `current->tgid`), and from anywhere else `nvidia_p2p_put_pages` returns
+//! 0 and unpins nothing (nv-p2p.c `nv_p2p_put_pages` turns the lookup's
+//! `NV_ERR_OBJECT_NOT_FOUND` into success). So [`PageTable::begin_put`]
+//! refuses to begin such a put anywhere else: the table stays its owner's,
+//! with its free callback's reference, until the pinning process puts it
+//! or the driver calls the callback (the memory is freed, or the pinning
+//! process's GPU objects go at its exit).
 
 use super::cbref::{self, CallbackRef};
 use super::device::PciDev;
+use super::task::ThreadGroup;
 use super::{c_void, raw, result_of};
 use core::ptr::{self, NonNull};
 use kernel::error::{code, Error, Result};
@@ -147,18 +159,20 @@ unsafe extern "C" fn free_callback<T: FreeCallback>(data: *mut c_void) {
 /// sure neither happened while it holds the `PageTable` (it makes a
 /// [`PendingPut`] first, or gives the table to the driver in the
 /// callback). `callback` names the free callback's reference (`None` for a
-/// persistent pin).
+/// persistent pin). `pinner` is the process that called the driver's pin.
 pub(crate) struct PageTable<T: FreeCallback> {
     ptr: NonNull<raw::nvidia_p2p_page_table>,
     va: u64,
     callback: Option<CallbackRef<T>>,
+    pinner: ThreadGroup,
 }
 
 // SAFETY: the page table is the driver's object, usable from any thread;
 // `callback` is an id.
 unsafe impl<T: FreeCallback> Send for PageTable<T> {}
 
-/// Pins `[va, va + len)` (64 KiB aligned) of the calling process.
+/// Pins `[va, va + len)` (64 KiB aligned) of the calling process, which is
+/// then the only one that can give a non-persistent pin back.
 ///
 /// With `callback`, a non-persistent pin whose free callback gets that
 /// reference (through the registry; if the pin fails, it is dropped);
@@ -205,7 +219,12 @@ pub(crate) fn get_pages<T: FreeCallback>(
     }
     match NonNull::new(pt) {
         // INVARIANT: the driver handed out `pt` for this range.
-        Some(ptr) => Ok(PageTable { ptr, va, callback }),
+        Some(ptr) => Ok(PageTable {
+            ptr,
+            va,
+            callback,
+            pinner: ThreadGroup::current(),
+        }),
         None => {
             pr_err!("nvidia_p2p_get_pages returned success but no page table; the GPU driver is broken\n");
             // No page table to put back or to call a callback for.
@@ -255,16 +274,39 @@ impl<T: FreeCallback> PageTable<T> {
         })
     }
 
+    /// Whether this pin is persistent (no free callback).
+    pub(crate) fn is_persistent(&self) -> bool {
+        self.callback.is_none()
+    }
+
+    /// The process that made the pin.
+    pub(crate) fn pinner(&self) -> ThreadGroup {
+        self.pinner
+    }
+
+    /// Whether the caller can give this pin back: any caller for a
+    /// persistent pin (the driver finds it through the table itself), only
+    /// the pinning process for one with a free callback (see the module
+    /// documentation).
+    pub(crate) fn puttable_here(&self) -> bool {
+        self.is_persistent() || self.pinner.is_current()
+    }
+
     /// Starts giving the table back: what is left is only its address, the
     /// driver's key for `nvidia_p2p_put_pages*`. From then on the free
     /// callback may run and the driver free the table; nothing reads it.
-    pub(crate) fn begin_put(self) -> PendingPut<T> {
+    /// `Err(self)` where the driver would ignore the put
+    /// ([`PageTable::puttable_here`]): the table stays the caller's.
+    pub(crate) fn begin_put(self) -> core::result::Result<PendingPut<T>, Self> {
+        if !self.puttable_here() {
+            return Err(self);
+        }
         let mut this = core::mem::ManuallyDrop::new(self);
-        PendingPut {
+        Ok(PendingPut {
             ptr: this.ptr,
             va: this.va,
             callback: this.callback.take(),
-        }
+        })
     }
 
     /// Maps the table for DMA by `pdev` (`nvidia_p2p_dma_map_pages`). On
@@ -346,10 +388,13 @@ impl<T: FreeCallback> PendingPut<T> {
             // driver only looks the address up.
             unsafe { raw::nvidia_p2p_put_pages_persistent(this.va, this.ptr.as_ptr(), 0) }
         } else {
-            // SAFETY: a pin of this range, not put before. The driver looks
-            // the address up among its live tables without reading it: if
-            // the free callback ran (or runs), it finds none and returns 0
-            // (550) or an error, and frees nothing twice.
+            // SAFETY: a pin of this range, not put before, put by the
+            // process that made it (`begin_put` checked it, and a
+            // `PendingPut` is used at once, in the same call chain). The
+            // driver looks the address up among the calling process's live
+            // tables without reading it: if the free callback ran (or
+            // runs), it finds none and returns 0 (550) or an error, and
+            // frees nothing twice.
             unsafe { raw::nvidia_p2p_put_pages(0, 0, this.va, this.ptr.as_ptr()) }
         };
         (result_of(ret), callback)

@@ -35,6 +35,13 @@ extern "C" {
     fn gpusim_mm_get_current() -> *mut bindings::mm_struct;
     fn gpusim_mm_put(mm: *mut bindings::mm_struct);
     fn gpusim_current_mm_id() -> usize;
+    fn gpusim_current_tgid() -> c_int;
+}
+
+/// The calling process as NVIDIA's driver identifies it (`current->tgid`).
+pub(crate) fn current_tgid() -> c_int {
+    // SAFETY: FFI call without preconditions.
+    unsafe { gpusim_current_tgid() }
 }
 
 /// Identity of the calling task's address space; `EINVAL` for a kernel

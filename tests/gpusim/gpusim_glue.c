@@ -316,6 +316,16 @@ void gpusim_mm_put(struct mm_struct *mm)
 	mmdrop(mm);
 }
 
+/*
+ * The calling thread's thread group id, NVIDIA's identity of the calling
+ * process (os_get_current_process() in kernel-open/nvidia/os-interface.c
+ * returns current->tgid); a kernel thread is a process of its own.
+ */
+int gpusim_current_tgid(void)
+{
+	return current->tgid;
+}
+
 /* Identity of the calling task's address space (0 for a kernel thread). */
 unsigned long gpusim_current_mm_id(void)
 {

@@ -75,6 +75,11 @@ pub(crate) static LIVE_VMAS: Knob = Knob::new(0);
 pub(crate) static FREE_CALLBACKS: Knob = Knob::new(0);
 /// Calls refused because their object was already gone (see STALE_ERRNO).
 pub(crate) static STALE_CALLS: Knob = Knob::new(0);
+/// `nvidia_p2p_put_pages` calls (non-persistent) from a process other than
+/// the one that pinned the table, or from a kernel thread: answered 0 and
+/// nothing unpinned, as NVIDIA's driver does (docs/gpusim.md, "Process
+/// identity").
+pub(crate) static FOREIGN_PUTS: Knob = Knob::new(0);
 /// DMA mappings gpusim unmapped itself because their page table went away
 /// (put_pages or after a free callback) while they were still mapped.
 pub(crate) static DMA_REAPED: Knob = Knob::new(0);
@@ -281,6 +286,7 @@ fn write_reset(_k: &Knob, r: &mut UserSliceReader) -> Result {
     for k in [
         &FREE_CALLBACKS,
         &STALE_CALLS,
+        &FOREIGN_PUTS,
         &DMA_REAPED,
         &INJECTED,
         &PAGES_PINNED,
@@ -310,7 +316,7 @@ const ENTRIES: [(&CStr, &Entry); 7] = [
 ];
 
 fn populate(dir: &ScopedDir<'_, '_>) {
-    let ro: [(&CStr, &'static Knob); 14] = [
+    let ro: [(&CStr, &'static Knob); 15] = [
         (c"live_allocs", &LIVE_ALLOCS),
         (c"live_mem_bytes", &LIVE_MEM_BYTES),
         (c"live_pins", &LIVE_PINS),
@@ -319,6 +325,7 @@ fn populate(dir: &ScopedDir<'_, '_>) {
         (c"live_vmas", &LIVE_VMAS),
         (c"free_callbacks", &FREE_CALLBACKS),
         (c"stale_calls", &STALE_CALLS),
+        (c"foreign_puts", &FOREIGN_PUTS),
         (c"dma_reaped", &DMA_REAPED),
         (c"injected_failures", &INJECTED),
         (c"pages_pinned", &PAGES_PINNED),

@@ -204,6 +204,9 @@ pub(crate) struct PinObj {
     alloc: Arc<Alloc>,
     va: u64,
     persistent: bool,
+    /// The process that pinned it (`current->tgid`): the only one whose
+    /// non-persistent put finds it.
+    tgid: c_int,
     /// Pinned with NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING (570+, coherent GPU
     /// only): nvidia_p2p_dma_map_pages refuses it.
     force_bar1: bool,
@@ -648,6 +651,7 @@ pub(crate) fn get_pages(
             alloc,
             va,
             persistent,
+            tgid: glue::current_tgid(),
             force_bar1,
             callback,
             data,
@@ -685,9 +689,31 @@ fn stale() -> c_int {
 /// nvidia_p2p_put_pages / _persistent on page table `key`, called with the
 /// RM lock `rm`, which is released before the page table (and any DMA
 /// mapping left on it) is freed, as in the real driver.
+///
+/// A non-persistent put is looked up among the calling process's pins
+/// only, as RM does (`RmP2PPutPages` → `RmP2PGetInfoWithoutToken`, which
+/// searches the third-party P2P objects of `osGetCurrentProcess()`, i.e.
+/// `current->tgid`; src/nvidia/src/kernel/gpu/bus/p2p.c): from any other
+/// process or a kernel thread the lookup fails with
+/// `NV_ERR_OBJECT_NOT_FOUND`, which `nv_p2p_put_pages`
+/// (kernel-open/nvidia/nv-p2p.c) answers with 0 for a non-persistent
+/// table, unpinning nothing: the pin, its memory and its free callback
+/// stay. Persistent puts go through the table itself
+/// (`rm_p2p_put_pages_persistent` with `mem_info->private`) and work from
+/// anywhere.
 pub(crate) fn put_pages(va: u64, key: usize, persistent: bool, rm: RmGuard) -> c_int {
     let pin = {
         let mut st = STATE.lock();
+        if !persistent {
+            let me = glue::current_tgid();
+            if !st.pins.iter().any(|p| p.key() == key && p.tgid == me) {
+                if st.pin_idx(key).is_some() {
+                    FOREIGN_PUTS.add(1, Relaxed);
+                    return 0;
+                }
+                return stale();
+            }
+        }
         let Some(i) = st.pin_idx(key) else {
             return stale();
         };

@@ -56,9 +56,17 @@ pub(in crate::client) enum Keeper<T: FreeCallback> {
     /// `EINVAL`: the address no longer resolves, the memory is being freed
     /// (its callback comes, or came).
     Gone,
-    /// The driver refused it otherwise (counted, reported): the
-    /// registration falls back to one pin.
-    Refused,
+    /// `ENOTSUPP`: the driver refuses persistent pins of this memory by
+    /// design (NVIDIA's `RmP2PGetPagesPersistent` answers
+    /// `NV_ERR_NOT_SUPPORTED` with confidential computing, or under MIG
+    /// without an internal P2P object; counted, reported): the registration
+    /// falls back to one pin.
+    Unsupported,
+    /// `ENOMEM`: no room for the pin (on a GPU whose BAR1 is mapped
+    /// dynamically, the aperture is full: `NV_ERR_INSUFFICIENT_RESOURCES`).
+    NoRoom,
+    /// Any other error: the registration is declined (counted, reported).
+    Failed(Error),
 }
 
 /// `nv_mem`'s keeper: a persistent pin of the same range, taken after the
@@ -71,25 +79,49 @@ pub(in crate::client) fn pin_keeper<T: FreeCallback>(stats: &Stats, range: &GpuR
             Keeper::Pinned(k)
         }
         Err(e) if e == EINVAL => Keeper::Gone,
-        Err(e) => {
+        Err(e) if e == ENOMEM => Keeper::NoRoom,
+        Err(e) if e == ENOTSUPP => {
             stats.keeper_pins_refused.inc();
-            report_keeper_refused(e);
-            Keeper::Refused
+            report_keeper_unsupported();
+            Keeper::Unsupported
         }
+        Err(e) => Keeper::Failed(e),
     }
 }
 
-/// Says, once per load and then rate-limited, that the GPU driver refused
-/// `nv_mem`'s keeper pin, and what that means.
-fn report_keeper_refused(e: Error) {
+/// Says, once per load and then rate-limited, that the GPU driver refuses
+/// persistent pins (`nv_mem`'s keeper), and what that means.
+fn report_keeper_unsupported() {
     static REPORTED: AtomicBool = AtomicBool::new(false);
     if !REPORTED.swap(true, Ordering::Relaxed) {
         pr_warn!(
-            "the GPU driver refused a persistent pin (error {}) of memory it pinned with a free callback; such registrations fall back to one pin, and a GPU free racing their registration can deadlock with the driver's lock (counted in keeper_pins_refused; load peermem with enable_invalidate=0 to register persistently instead; docs/module.md, \"Locking\")\n",
-            e.to_errno()
+            "the GPU driver does not support persistent pins of this memory (confidential computing or MIG); such registrations fall back to one pin, and a GPU free racing their registration can deadlock with the driver's lock (counted in keeper_pins_refused; docs/module.md, \"Locking\")\n"
         );
     } else {
-        warn_ratelimited(c"the GPU driver refused a keeper pin again (keeper_pins_refused); this registration falls back to one pin");
+        warn_ratelimited(c"the GPU driver refused a keeper pin as not supported again (keeper_pins_refused); this registration falls back to one pin");
+    }
+}
+
+/// The keeper could not be pinned for a reason other than the driver's
+/// design (`e`): the range is declined, counted in `stats.errors`. For
+/// `ENOMEM` after the caller's cached pins were given back, the message
+/// says what is full.
+pub(in crate::client) fn report_keeper_failed(stats: &Stats, range: &GpuRange, e: Error) {
+    stats.errors.inc();
+    stats.keeper_pins_failed.inc();
+    if e == ENOMEM {
+        pr_warn!(
+            "cannot pin {:#x}+{:#x} of GPU memory a second time: the GPU driver is out of room for pins (its BAR1 aperture is full; nvidia-smi -q shows BAR1 Memory Usage); declining the registration (deregister or free GPU memory registered for RDMA, or use a GPU with a larger BAR1)\n",
+            range.aligned_start(),
+            range.aligned_len()
+        );
+    } else {
+        pr_warn!(
+            "the GPU driver failed to pin {:#x}+{:#x} persistently (error {}); declining the registration\n",
+            range.aligned_start(),
+            range.aligned_len(),
+            e.to_errno()
+        );
     }
 }
 
@@ -158,7 +190,14 @@ pub(in crate::client) fn put_keeper_now<T: FreeCallback>(
     k: PageTable<T>,
     pages: u32,
 ) {
-    let (res, _) = k.begin_put().put();
+    // A keeper is persistent: any process can put it.
+    let res = match k.begin_put() {
+        Ok(pending) => pending.put().0,
+        Err(k) => {
+            k.give_to_driver();
+            Err(EINVAL)
+        }
+    };
     count_keeper_unpinned(stats, pages);
     if let Err(e) = res {
         stats.errors.inc();
@@ -283,7 +322,10 @@ impl<T: FreeCallback> WatchPin<T> {
     }
 
     /// `unpin_watch`: the put of a held watch pin begins (`Putting`), to
-    /// be made outside the lock; `None` if none is held.
+    /// be made outside the lock; `None` if none is held, or if the caller
+    /// is not the process that pinned it (the driver would ignore the put
+    /// there: the pin stays `Held`, its callback's reference in the
+    /// registry).
     pub(in crate::client) fn begin_put(&mut self) -> Option<PendingPut<T>> {
         match core::mem::replace(
             self,
@@ -291,12 +333,23 @@ impl<T: FreeCallback> WatchPin<T> {
                 callback_ran: false,
             },
         ) {
-            WatchPin::Held(pt) => Some(pt.begin_put()),
+            WatchPin::Held(pt) => match pt.begin_put() {
+                Ok(pending) => Some(pending),
+                Err(pt) => {
+                    *self = WatchPin::Held(pt);
+                    None
+                }
+            },
             other => {
                 *self = other;
                 None
             }
         }
+    }
+
+    /// Whether a watch pin is held that the caller can put.
+    pub(in crate::client) fn held_here(&self) -> bool {
+        matches!(self, WatchPin::Held(pt) if pt.puttable_here())
     }
 
     /// The put [`WatchPin::begin_put`] began returned `res`: the watch pin

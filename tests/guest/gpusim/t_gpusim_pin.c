@@ -194,6 +194,51 @@ static void test_foreign(int tc, char *p)
 	close(to_parent[1]);
 	close(to_child[0]);
 	close(to_child[1]);
+
+	/*
+	 * A put from another process (the child shares the test-client file,
+	 * so it names the parent's registration): NVIDIA's driver finds a
+	 * non-persistent table only among the calling process's pins and
+	 * answers 0 without unpinning; a persistent put works from anywhere.
+	 */
+	for (int persistent = 0; persistent <= 1; persistent++) {
+		const char *kind = persistent ? "persistent" : "with a free callback";
+		long long pins, foreign0 = dbg_get("foreign_puts");
+		int ret;
+
+		ret = tc_get(tc, p, 2 * GPU_PAGE, persistent ? GPUSIM_TC_PERSISTENT : 0, &q);
+		pins = dbg_get("live_pins");
+		if (ret)
+			bail("cannot pin for the foreign-put case (%d)", ret);
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			struct gpusim_tc_req cq;
+
+			_exit(tc_id(tc, GPUSIM_TC_PUT, q.id, 0, &cq) == 0 ? 0 : 1);
+		}
+		st = -1;
+		waitpid(pid, &st, 0);
+		if (persistent)
+			ok(WIFEXITED(st) && WEXITSTATUS(st) == 0 && dbg_get("live_pins") == pins - 1 &&
+			   dbg_get("foreign_puts") == foreign0,
+			   "a %s pin put by another process is unpinned (pins %lld)", kind, dbg_get("live_pins"));
+		else
+			ok(WIFEXITED(st) && WEXITSTATUS(st) == 0 && dbg_get("live_pins") == pins &&
+			   dbg_get("foreign_puts") == foreign0 + 1,
+			   "a pin %s put by another process: 0, and nothing unpinned (pins %lld, foreign_puts %+lld)",
+			   kind, dbg_get("live_pins"), dbg_get("foreign_puts") - foreign0);
+		if (persistent)
+			continue;
+		/* The pinning process's own put (the test client calls it again). */
+		{
+			struct gpusim_tc_req pq;
+
+			ret = tc_id(tc, GPUSIM_TC_PUT, q.id, 0, &pq);
+		}
+		ok(ret == 0 && dbg_get("live_pins") == pins - 1,
+		   "... the pinning process's put unpins it (%d, pins %lld)", ret, dbg_get("live_pins"));
+	}
 }
 
 /* ---- threads: the process, not the thread, owns gpusim memory */

@@ -202,20 +202,25 @@ static long long gs(const char *what)
 	return read_ll(GSDBG "%s", what);
 }
 
-/* gpusim has nothing allocated, pinned, mapped or held. */
+/*
+ * gpusim has nothing allocated, pinned, mapped or held, and no put was
+ * ignored since the last load_modules(): gpusim, as NVIDIA's driver, ignores
+ * a put of a pin with a free callback from any process but the pinning one
+ * (foreign_puts), and peermem never makes one.
+ */
 static int gs_idle(void)
 {
 	return gs("live_allocs") == 0 && gs("live_pins") == 0 &&
 	       gs("live_dma_mappings") == 0 && gs("live_vmas") == 0 &&
-	       gs("live_mem_bytes") == 0;
+	       gs("live_mem_bytes") == 0 && gs("foreign_puts") == 0;
 }
 
 static void gs_diag(void)
 {
-	diag("gpusim: allocs %lld pins %lld (persistent %lld) dma %lld vmas %lld mem %lld free_cb %lld stale %lld reaped %lld",
+	diag("gpusim: allocs %lld pins %lld (persistent %lld) dma %lld vmas %lld mem %lld free_cb %lld stale %lld reaped %lld foreign_puts %lld",
 	     gs("live_allocs"), gs("live_pins"), gs("live_persistent_pins"),
 	     gs("live_dma_mappings"), gs("live_vmas"), gs("live_mem_bytes"),
-	     gs("free_callbacks"), gs("stale_calls"), gs("dma_reaped"));
+	     gs("free_callbacks"), gs("stale_calls"), gs("dma_reaped"), gs("foreign_puts"));
 }
 
 static int gs_knob(const char *knob, const char *val)
@@ -315,6 +320,19 @@ static int gpusim_and_host_mr(struct conn *c, size_t len, uint8_t **h, struct ib
 	return fd;
 }
 
+/*
+ * rmmod peermem, after giving back this process's cached watch pins: only
+ * the process that pinned one can (NVIDIA's driver ignores a put from
+ * elsewhere), so peermem's unload waits for the pins of a live process
+ * until it frees the memory or exits, and rmmod run by that very process
+ * would wait for itself.
+ */
+static int pm_rmmod(void)
+{
+	pm_flush();
+	return run("rmmod peermem");
+}
+
 static void load_modules(const char *args)
 {
 	/*
@@ -341,7 +359,7 @@ static void load_modules(const char *args)
 			bail("cannot load gpusim %s", getenv("GPUSIM_ARGS") ?: "");
 	}
 	gs_defaults();
-	if (access("/sys/module/peermem", F_OK) == 0 && run("rmmod peermem"))
+	if (access("/sys/module/peermem", F_OK) == 0 && pm_rmmod())
 		bail("cannot unload the loaded peermem");
 	if (getenv("PEERMEM_KO"))
 		snprintf(ko, sizeof(ko), "%s", getenv("PEERMEM_KO"));

@@ -87,7 +87,7 @@ int main(void)
 	snprintf(hook, sizeof(hook), "/sys/kernel/debug/peer_memory/%s/dma_test", pm_name);
 	if (access(hook, F_OK) != 0) {
 		skip("the real-DMA-device path: this kernel's peer-memory core has no dma_test hook");
-		run("rmmod peermem");
+		pm_rmmod();
 		return finish();
 	}
 	if (find_pci(dev, sizeof(dev), &has_driver))
@@ -164,6 +164,6 @@ int main(void)
 	close(fd);
 	gs_knob("contig_bytes", "65536");
 	ok(wait_for(all_idle, 10), "peermem and gpusim idle at the end");
-	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(pm_rmmod() == 0, "rmmod peermem");
 	return finish();
 }

@@ -377,7 +377,7 @@ static void fault_load(struct gmem *g)
 	char what[160];
 
 	snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
-	if (run("rmmod peermem"))
+	if (pm_rmmod())
 		bail("cannot unload peermem");
 	/* The coarse pass (or every FAILNTH_LOAD_STRIDE-th, with no budget). */
 	whole = every > 0 ? every : LOAD_COARSE;
@@ -451,6 +451,6 @@ int main(void)
 	conn_close(&c);
 	close(fd);
 	ok(wait_for(all_idle, 10), "peermem and gpusim idle at the end");
-	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(pm_rmmod() == 0, "rmmod peermem");
 	return finish();
 }

@@ -295,7 +295,7 @@ int main(void)
 	conn_close(&c);
 	close(fd);
 	ok(wait_for(all_idle, 10), "peermem and gpusim idle at the end");
-	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(pm_rmmod() == 0, "rmmod peermem");
 	ok(!dmesg_has("peermem: BUG|no longer holds"), "peermem reported no internal error");
 	return finish();
 }

@@ -385,6 +385,6 @@ int main(void)
 	conn_close(&c);
 	close(fd);
 	ok(wait_for(all_idle, 10), "peermem and gpusim idle at the end");
-	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(pm_rmmod() == 0, "rmmod peermem");
 	return finish();
 }

@@ -195,7 +195,7 @@ static void test_unload(void)
 	usleep(500000);
 	ok(ibv_dereg_mr(mr) == 0, "unload: the invalidated MR deregisters while the free callback holds the registration");
 	t0 = now_s();
-	rc = run("rmmod peermem");
+	rc = pm_rmmod();
 	t1 = now_s();
 	pthread_join(tf, NULL);
 	ok(rc == 0 && access("/sys/module/peermem", F_OK) != 0, "unload: rmmod peermem succeeds");
@@ -226,7 +226,7 @@ int main(void)
 	test_unpin();
 	/* Last: on a peermem with the bug, the thread in unloaded code oopses. */
 	test_unload();
-	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(pm_rmmod() == 0, "rmmod peermem");
 	ok(!dmesg_has("peermem: BUG|no longer holds"), "peermem reported no internal error");
 	close(fd);
 	conn_close(&c);

@@ -185,7 +185,7 @@ int main(void)
 		snprintf(ko, sizeof(ko), "%s", getenv("PEERMEM_KO"));
 	else
 		snprintf(ko, sizeof(ko), "%s/peermem.ko", root_dir());
-	if (run("rmmod peermem"))
+	if (pm_rmmod())
 		bail("cannot unload peermem");
 	fnth_setup();
 	if (pthread_create(&t, NULL, opener, NULL))
@@ -211,7 +211,7 @@ int main(void)
 		total = BIG - left;
 		dev = op_left_at_open <= 0 ? -1 : BIG - (int)op_left_at_open;
 		op_close();
-		if (run("rmmod peermem"))
+		if (pm_rmmod())
 			bail("cannot unload peermem");
 		diag("a load of peermem makes %d allocations fail-nth can fail; /dev/peermem opened first after the %d-th%s",
 		     total, dev, dev < 0 ? " (not during the load: again)" : "");
@@ -259,6 +259,6 @@ int main(void)
 	   "the scan failed the device's own registration (\"" MARK "\") and every allocation after it in init");
 	load_modules(NULL);
 	ok(access(PEERMEM_DEVICE_PATH, F_OK) == 0, "peermem loads again afterwards, /dev/peermem exists");
-	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(pm_rmmod() == 0, "rmmod peermem");
 	return finish();
 }

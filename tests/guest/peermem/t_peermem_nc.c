@@ -555,7 +555,7 @@ int main(void)
 		pm_diag();
 		gs_diag();
 	}
-	ok(run("rmmod peermem") == 0 && access("/sys/kernel/debug/peer_memory/nv_mem_nc", F_OK) != 0,
+	ok(pm_rmmod() == 0 && access("/sys/kernel/debug/peer_memory/nv_mem_nc", F_OK) != 0,
 	   "rmmod peermem unregisters both clients");
 	ok(!dmesg_has("peermem: BUG"), "peermem reported no internal error");
 	return finish();

@@ -156,6 +156,6 @@ int main(void)
 		ok(one_registration(), "%s: a registration afterwards works", v);
 	}
 	rmdir(GRP);
-	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(pm_rmmod() == 0, "rmmod peermem");
 	return finish();
 }

@@ -76,7 +76,7 @@ int main(void)
 
 	close(fd);
 	conn_close(&c);
-	ok(run("rmmod peermem") == 0 && run("rmmod gpusim") == 0,
+	ok(pm_rmmod() == 0 && run("rmmod gpusim") == 0,
 	   "rmmod peermem and gpusim (the next test loads its own)");
 	return finish();
 }

@@ -250,7 +250,7 @@ int main(void)
 	conn_close(&c);
 	close(fd);
 	ok(wait_for(all_idle, 10), "peermem and gpusim idle at the end");
-	ok(run("rmmod peermem") == 0, "rmmod peermem");
+	ok(pm_rmmod() == 0, "rmmod peermem");
 	ok(!dmesg_has("peermem: BUG|no longer holds|blocked for more than"),
 	   "no internal error and no hung task in the kernel log");
 	return finish();

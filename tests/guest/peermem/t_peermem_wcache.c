@@ -19,7 +19,8 @@
  *  - the bounds: the oldest entry goes when the cache is full
  *    (watch_cache=2), a range over watch_cache_mib is not cached,
  *    watch_cache=0 caches nothing, out-of-range values fail the load;
- *  - the flush file, process exit, and unload with entries cached.
+ *  - the flush file and process exit. Unload with entries cached, and
+ *    what another process may do to them: t_peermem_identity.
  */
 #include "peermem_test.h"
 
@@ -106,21 +107,6 @@ static void hit_revoked(struct conn *c, struct ibv_mr *hmr, uint8_t *h, struct i
 	ok(st == IBV_WC_REM_ACCESS_ERR, "%s: an RDMA READ through it fails (status %d)", what, st);
 	if (mr)
 		ibv_dereg_mr(mr);
-}
-
-struct unload_race {
-	pthread_t t;
-	volatile int done;
-	int ret;
-};
-
-static void *unload_thread(void *arg)
-{
-	struct unload_race *u = arg;
-
-	u->ret = run("rmmod peermem");
-	u->done = 1;
-	return NULL;
 }
 
 /* What happens while a hit waits for its keeper (during_hit()). */
@@ -430,59 +416,8 @@ int main(void)
 		   first ? "first" : "after the verbs device", park0, st);
 	}
 
-	/*
-	 * Unload while an unmapped entry's work item holds it out of the table
-	 * (inject_delay_address_change_ms) and its memory is freed: the free
-	 * callback must not queue the work item again (the unload is tearing
-	 * the work queue down: a WARN, a leaked reference and an unload that
-	 * never ends, before aa157fe).
-	 */
-	{
-		struct unload_race u = { 0 };
-		long long entered = read_ll(PMDBG "inject/inject_delay_address_change_ms.entered");
-		double end;
-
-		if (gmem_alloc(fd, LEN, &g))
-			bail("gpusim allocation failed");
-		ok(reg_dereg(&c, g.p, LEN) == 0 && pm_cached() == 1, "unload during an entry's removal: cached");
-		ibv_dereg_mr(hmr);
-		conn_close(&c);
-		write_str(PMDBG "inject_delay_address_change_ms", "3000");
-		munmap(g.p, LEN);
-		end = now_s() + slow_s(10);
-		while (read_ll(PMDBG "inject/inject_delay_address_change_ms.entered") == entered && now_s() < end)
-			usleep(2000);
-		pthread_create(&u.t, NULL, unload_thread, &u);
-		/* Late in the window: rmmod is waiting for the work queue by then. */
-		usleep(2000000);
-		rc = gmem_free(fd, &g);
-		end = now_s() + slow_s(15);
-		while (!u.done && now_s() < end)
-			usleep(20000);
-		ok(rc == 0 && u.done && u.ret == 0,
-		   "unload during an entry's removal, its memory freed meanwhile: rmmod returns 0 (%s)",
-		   u.done ? "returned" : "still running");
-		if (!u.done)
-			bail("rmmod does not return: the rest would hang too");
-		pthread_join(u.t, NULL);
-		g.p = NULL;
-		load_modules(NULL);
-		fd = gpusim_and_host_mr(&c, LEN, &h, &hmr);
-	}
-
-	/* Unload with entries cached: the pins are put, nothing leaks. */
-	if (gmem_alloc(fd, LEN, &g))
-		bail("gpusim allocation failed");
-	ok(reg_dereg(&c, g.p, LEN) == 0 && reg_dereg(&c, g.p, LEN / 2) == 0 && pm_cached() == 2,
-	   "unload: two entries cached");
-	ibv_dereg_mr(hmr);
-	conn_close(&c);
-	ok(run("rmmod peermem") == 0 && gs("live_pins") == 0,
-	   "unload: rmmod with entries cached puts their pins (gpusim pins %lld)", gs("live_pins"));
-	gmem_free(fd, &g);
-	gmem_drop(&g);
-
 	/* The bounds. */
+	loopback_end(&c, hmr);
 	fd = reload_with("watch_cache=2", &c, &h, &hmr);
 	{
 		struct gmem a, b, d;
