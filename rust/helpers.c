@@ -113,12 +113,12 @@ bool peermem_param_mmu_notifier(void)
 static unsigned int watch_cache = 32;
 module_param(watch_cache, uint, 0444);
 MODULE_PARM_DESC(watch_cache,
-		 "Deregistered ranges whose watch pin (the GPU driver's pin with a free callback, not the persistent one that keeps memory) peermem keeps, so that registering the same range again in the same process pins once instead of twice (default 32, at most 64; 0: none). A cached pin keeps no GPU memory from being freed: freeing it, unmapping the range or unloading drops the entry");
+		 "Deregistered ranges whose watch pin (the GPU driver's pin of the range's first 64 KiB page with a free callback, not the persistent one that keeps memory) peermem keeps, so that registering the same range again in the same process pins once instead of twice (default 32, at most 64; 0: none). A cached pin keeps no GPU memory from being freed: freeing it, unmapping the range or unloading drops the entry");
 
 static unsigned int watch_cache_mib = 256;
 module_param(watch_cache_mib, uint, 0444);
 MODULE_PARM_DESC(watch_cache_mib,
-		 "At most this many MiB of GPU memory in cached watch pins (default 256, at most 1048576): they hold BAR1 space. A pin that fails while pins are cached drops them and tries once more");
+		 "At most this many MiB of BAR1 held by cached watch pins, 64 KiB each (default 256, at most 1048576; 0: no cache). A pin that fails while the process has pins cached gives them back and tries once more");
 
 unsigned long peermem_mm_current_key(void)
 {

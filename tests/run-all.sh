@@ -247,7 +247,7 @@ extra_job() { local desc=$1 env=$2; shift 2; extra+=("$desc"'|'"$env"'|'"$*"); }
 # skips it, another value picks the branch.
 old_branch=${PEERMEM_OLD_BRANCH:-550}
 [ "$kcsan" = 0 ] || old_branch=none
-any_branch='^t_(peermem_(failnth|failnth_load|loadfail|hostile|lifetime|oom|notifier_alloc|rcache|stale|events|evfiles|genpage|rmrace|mmu|dma|noinval|rm_lock|wcache|identity)|e2e_refclient)$'
+any_branch='^t_(peermem_(failnth|failnth_load|loadfail|hostile|lifetime|oom|notifier_alloc|rcache|stale|events|evfiles|genpage|rmrace|mmu|dma|noinval|rm_lock|wcache|identity|bar1)|e2e_refclient)$'
 if [ "$old_branch" != none ]; then
 	[[ $old_branch =~ ^[0-9]+$ ]] || pm_die "PEERMEM_OLD_BRANCH=$old_branch: want a gpusim branch (550, 570, 580, 595) or none"
 	btests=()

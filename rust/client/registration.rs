@@ -287,7 +287,13 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     // comes before the table is stored below finds `WatchPin::Pinning`
     // (or, for a persistent pin, nothing comes) and marks `gpu_freed`: the
     // driver frees the table when the callback returns.
-    let pin = || gpu::pin(&range, (!persistent).then(|| reg.clone()));
+    let pin = || {
+        if persistent {
+            gpu::pin(&range, None)
+        } else {
+            gpu::pin_watch(&range, reg.clone())
+        }
+    };
     let mut pinned = pin();
     if matches!(pinned, Err(e) if e != EINVAL) && wcache::drain_mine() != 0 {
         // This process's cached watch pins hold BAR1 space: given back
@@ -314,9 +320,9 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     finish_acquire(reg, pt, persistent)
 }
 
-/// The rest of `acquire` once the pin with the free callback (`pt`; for
-/// [`Kind::Persistent`] the persistent pin) is taken: the keeper, and the
-/// checks under the lock.
+/// The rest of `acquire` once the watch pin (`pt`, the first GPU page
+/// with the free callback; for [`Kind::Persistent`] the persistent pin of
+/// the range) is taken: the keeper, and the checks under the lock.
 fn finish_acquire(
     reg: Arc<Registration>,
     pt: PageTable<Registration>,
@@ -335,6 +341,7 @@ fn finish_acquire(
     // failure, the range is declined below.
     let mut keeper_gone = false;
     let mut keeper_failed = None;
+    let mut unsupported = false;
     let keeper = if persistent {
         None
     } else {
@@ -348,7 +355,10 @@ fn finish_acquire(
                 keeper_gone = true;
                 None
             }
-            Keeper::Unsupported => None,
+            Keeper::Unsupported => {
+                unsupported = true;
+                None
+            }
             Keeper::NoRoom => {
                 keeper_failed = Some(ENOMEM);
                 None
@@ -358,6 +368,23 @@ fn finish_acquire(
                 None
             }
         }
+    };
+    // Without a keeper the one pin must cover the whole range: the watch
+    // pin (one page) is traded for such a pin, with the free callback.
+    let pt = if unsupported {
+        match repin_whole(&reg, pt) {
+            Some(whole) => whole,
+            None => {
+                reg.stop_watch();
+                stats.registrations_declined.inc();
+                warn_ratelimited(
+                    c"the GPU memory was freed while it was being registered; declining the range",
+                );
+                return None;
+            }
+        }
+    } else {
+        pt
     };
     inject::DELAY_ACQUIRE_MS.delay();
     let mut g = reg.inner.lock();
@@ -380,7 +407,7 @@ fn finish_acquire(
     }
     // From here until the lock is dropped the callback cannot run: the
     // tables can be read.
-    gpu::count_pinned(stats, pt.entries());
+    gpu::count_pinned(stats, range.page_count());
     let checked = gpu::check_pins(&range, &pt, keeper.as_ref());
     // INVARIANT (below): pinned for the aligned range, the callback holds
     // `callback` (in the phase's table, or in the watch pin's).
@@ -448,6 +475,52 @@ fn finish_acquire(
     drop(g);
     stats.registrations_acquired.inc();
     Some(reg)
+}
+
+/// `finish_acquire` without a keeper: gives the watch pin `watch` back
+/// (here, in the pinning process) and pins the whole range with the free
+/// callback instead, the registration's one pin. `None` if the memory was
+/// freed meanwhile or the pin failed (then nothing is held). No lock held.
+fn repin_whole(
+    reg: &Arc<Registration>,
+    watch: PageTable<Registration>,
+) -> Option<PageTable<Registration>> {
+    {
+        let mut g = reg.inner.lock();
+        if g.gpu_freed {
+            // Its callback ran: the table is the driver's.
+            g.watch_pin = WatchPin::Gone;
+            drop(g);
+            watch.give_to_driver();
+            gpu::count_unpinned(reg.stats(), 0);
+            return None;
+        }
+        // INVARIANT: pinned, its callback's reference in the registry.
+        g.watch_pin = WatchPin::Held(watch);
+    }
+    reg.unpin_watch();
+    {
+        let mut g = reg.inner.lock();
+        if g.gpu_freed || !matches!(g.watch_pin, WatchPin::Gone) {
+            return None;
+        }
+        // A free callback from here on finds the registration being
+        // pinned: it marks `gpu_freed`, and `finish_acquire` declines.
+        g.watch_pin = WatchPin::Pinning;
+    }
+    match gpu::pin(&reg.range, Some(reg.clone())) {
+        Ok(whole) => {
+            reg.stats().page_tables_pinned.inc();
+            Some(whole)
+        }
+        Err(e) => {
+            reg.inner.lock().watch_pin = WatchPin::Gone;
+            if e != EINVAL {
+                gpu::report_pin_failed(reg.stats());
+            }
+            None
+        }
+    }
 }
 
 /// `acquire` for a range the GPU source declined: claims it for the PFN
@@ -748,9 +821,10 @@ pub(crate) fn release(reg: Arc<Registration>) {
     }
 }
 
-/// The GPU memory a parked `reg` holds in its watch pin (for the cache's bound).
+/// The GPU memory a parked `reg`'s watch pin covers, hence the BAR1 it
+/// holds (for the cache's bound): one GPU page.
 pub(super) fn parked_bytes(reg: &Registration) -> u64 {
-    reg.range.aligned_len()
+    gpu::watch_range(&reg.range).aligned_len()
 }
 
 /// Whether `reg` (its lock held: `g`) can be parked: given back whole by
@@ -1270,7 +1344,9 @@ impl Registration {
                     return false;
                 }
             };
-            let pages = pt.entries();
+            // The registration's pages, as `count_pinned` counted them
+            // (the table may be the one-page watch pin of a declined range).
+            let pages = self.range.page_count();
             match pt.begin_put() {
                 Ok(pending) => (pending, pages),
                 Err(pt) => {

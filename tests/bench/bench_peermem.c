@@ -184,6 +184,20 @@ static void ko_path(const char *env, const char *def, char *buf, size_t n)
 		bail("%s is missing: build it (scripts/bench.sh does; or %s=)", buf, env);
 }
 
+/*
+ * Unloads side s's module if it is loaded: 0, or rmmod's status. peermem
+ * first gives back this process's cached watch pins (only the pinning
+ * process can; its unload waits for the pins of a live process).
+ */
+static int unload_side(int s)
+{
+	if (!loaded(side_mod[s]))
+		return 0;
+	if (s == S_PM)
+		pm_flush();
+	return run("rmmod %s", side_mod[s]);
+}
+
 static void insmod(const char *env, const char *def, const char *args)
 {
 	char ko[512];
@@ -223,7 +237,7 @@ static void use_side(int s)
 				    !strcmp(getenv("BENCH_PM_RM_LOCK"), "0")) ? "0" : "1");
 	if (s == S_FLOOR)
 		return;
-	if (loaded(side_mod[!s]) && run("rmmod %s", side_mod[!s]))
+	if (unload_side(!s))
 		bail("cannot unload %s", side_mod[!s]);
 	/* BENCH_PM_ARGS: peermem's module parameters (a measurement, issue 26). */
 	if (!loaded(side_mod[s]))
@@ -1521,7 +1535,7 @@ int main(int argc, char **argv)
 	if (loaded("peer_refclient") && run("rmmod peer_refclient"))
 		bail("cannot unload the reference client (it would claim gpusim memory)");
 	for (int s = 0; s < 2; s++)
-		if (loaded(side_mod[s]) && run("rmmod %s", side_mod[s]))
+		if (unload_side(s))
 			bail("cannot unload %s", side_mod[s]);
 	if (!loaded("gpusim"))
 		insmod("GPUSIM_KO", "tests/gpusim/gpusim.ko", "");
@@ -1756,7 +1770,7 @@ int main(int argc, char **argv)
 	if (!idle && !tap_mode)
 		bail("something is still pinned, mapped or registered after the benchmark");
 	for (int s = 0; s < 2; s++)
-		if (loaded(side_mod[s]) && run("rmmod %s", side_mod[s]))
+		if (unload_side(s))
 			bail("cannot unload %s", side_mod[s]);
 	close(gfd);
 	gs_knob("max_alloc_bytes", "268435456");

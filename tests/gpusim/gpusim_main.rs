@@ -15,6 +15,7 @@ use kernel::miscdevice::{MiscDeviceOptions, MiscDeviceRegistration};
 use kernel::prelude::*;
 
 mod abi;
+mod bar1;
 mod branch;
 mod dev;
 mod glue;
@@ -43,6 +44,10 @@ module! {
             default: 0,
             description: "pin-cost model: microseconds each successful nvidia_p2p_get_pages* takes, under the RM lock (0..1000000; default 0: none; debugfs pin_call_us)",
         },
+        bar1_mib: u64 {
+            default: 1024,
+            description: "BAR1 size in MiB (1..1048576; default 1024; debugfs bar1_mib): pins map into it per RM client, with RM's 36 MiB reserve, and fail with -ENOMEM when it is full (docs/gpusim.md, BAR1)",
+        },
         pin_page_ns: u64 {
             default: 0,
             description: "pin-cost model: nanoseconds per 64 KiB page each successful nvidia_p2p_get_pages* takes on top (0..1000000; default 0: none; debugfs pin_page_ns)",
@@ -70,6 +75,7 @@ impl kernel::InPlaceModule for GpuSimModule {
             state::init();
             rm::init(module_parameters::rm_lock.value());
         }
+        knobs::set_bar1_mib(module_parameters::bar1_mib.value());
         knobs::set_pin_cost(
             module_parameters::pin_call_us.value(),
             module_parameters::pin_page_ns.value(),

@@ -54,6 +54,22 @@ pub(crate) static CPU_CACHEABLE: Knob = Knob::new(0);
 pub(crate) static PIN_CALL_US: Knob = Knob::new(0);
 /// See [`PIN_CALL_US`].
 pub(crate) static PIN_PAGE_NS: Knob = Knob::new(0);
+/// BAR1 size in MiB (module parameter `bar1_mib`, then this knob;
+/// docs/gpusim.md, "BAR1"). Default 1024: dynamic against the default
+/// `fb_mib`, and room for every test of the suite.
+pub(crate) static BAR1_MIB: Knob = Knob::new(1024);
+/// 0: RM's choice (static where BAR1 covers the framebuffer, dynamic
+/// otherwise); 1: static; 2: dynamic.
+pub(crate) static BAR1_MODE: Knob = Knob::new(0);
+/// The emulated framebuffer in MiB (decides the BAR1 mode in auto).
+pub(crate) static FB_MIB: Knob = Knob::new(16384);
+/// Bytes of BAR1 mapped by all clients (RM's `P2PfbMappedBytes` summed):
+/// with a dynamic BAR1, the aperture in use.
+pub(crate) static BAR1_MAPPED: Knob = Knob::new(0);
+/// The part of `BAR1_MAPPED` mapped by RM's internal client (persistent pins).
+pub(crate) static BAR1_INTERNAL: Knob = Knob::new(0);
+/// Pins refused because BAR1 had no room (`-ENOMEM`, total).
+pub(crate) static BAR1_REFUSALS: Knob = Knob::new(0);
 /// Calls refused because the calling thread held the RM lock (a client
 /// calling gpusim from its free callback with `rm_lock=1`).
 pub(crate) static RM_LOCK_RECURSIONS: Knob = Knob::new(0);
@@ -151,6 +167,15 @@ pub(crate) fn errno_of(knob: &Knob, default: i32) -> i32 {
 
 /// The module parameters `pin_call_us` and `pin_page_ns`, capped at
 /// 1000000 as the knobs (said in the log if capped).
+/// Sets `bar1_mib` from the module parameter (1 MiB to 1 TiB).
+pub(crate) fn set_bar1_mib(mib: u64) {
+    if !(1..=1 << 20).contains(&mib) {
+        pr_warn!("bar1_mib must be 1..1048576; using 1024\n");
+        return;
+    }
+    BAR1_MIB.store(mib, Relaxed);
+}
+
 pub(crate) fn set_pin_cost(call_us: u64, page_ns: u64) {
     if call_us > 1_000_000 || page_ns > 1_000_000 {
         pr_warn!("pin_call_us and pin_page_ns are capped at 1000000 (microseconds per pin, nanoseconds per 64 KiB page)\n");
@@ -237,6 +262,26 @@ fn write_pin_call(k: &Knob, r: &mut UserSliceReader) -> Result {
     Ok(())
 }
 
+/// `bar1_mib`, `fb_mib`: 1 MiB to 1 TiB.
+fn write_mib(k: &Knob, r: &mut UserSliceReader) -> Result {
+    let v = parse_u64(r)?;
+    if !(1..=1 << 20).contains(&v) {
+        return Err(EINVAL);
+    }
+    k.store(v, Relaxed);
+    Ok(())
+}
+
+/// `bar1_mode`: 0 (RM's choice), 1 (static) or 2 (dynamic).
+fn write_bar1_mode(k: &Knob, r: &mut UserSliceReader) -> Result {
+    let v = parse_u64(r)?;
+    if v > 2 {
+        return Err(EINVAL);
+    }
+    k.store(v, Relaxed);
+    Ok(())
+}
+
 /// `pin_page_ns`: at most 1 ms per 64 KiB page.
 fn write_pin_page(k: &Knob, r: &mut UserSliceReader) -> Result {
     let v = parse_u64(r)?;
@@ -287,6 +332,7 @@ fn write_reset(_k: &Knob, r: &mut UserSliceReader) -> Result {
         &FREE_CALLBACKS,
         &STALE_CALLS,
         &FOREIGN_PUTS,
+        &BAR1_REFUSALS,
         &DMA_REAPED,
         &INJECTED,
         &PAGES_PINNED,
@@ -316,7 +362,7 @@ const ENTRIES: [(&CStr, &Entry); 7] = [
 ];
 
 fn populate(dir: &ScopedDir<'_, '_>) {
-    let ro: [(&CStr, &'static Knob); 15] = [
+    let ro: [(&CStr, &'static Knob); 18] = [
         (c"live_allocs", &LIVE_ALLOCS),
         (c"live_mem_bytes", &LIVE_MEM_BYTES),
         (c"live_pins", &LIVE_PINS),
@@ -326,6 +372,9 @@ fn populate(dir: &ScopedDir<'_, '_>) {
         (c"free_callbacks", &FREE_CALLBACKS),
         (c"stale_calls", &STALE_CALLS),
         (c"foreign_puts", &FOREIGN_PUTS),
+        (c"bar1_mapped_bytes", &BAR1_MAPPED),
+        (c"bar1_internal_bytes", &BAR1_INTERNAL),
+        (c"bar1_refusals", &BAR1_REFUSALS),
         (c"dma_reaped", &DMA_REAPED),
         (c"injected_failures", &INJECTED),
         (c"pages_pinned", &PAGES_PINNED),
@@ -345,6 +394,9 @@ fn populate(dir: &ScopedDir<'_, '_>) {
     dir.read_write_callback_file(c"cpu_cacheable", &CPU_CACHEABLE, &show, &write_bool);
     dir.read_write_callback_file(c"pin_call_us", &PIN_CALL_US, &show, &write_pin_call);
     dir.read_write_callback_file(c"pin_page_ns", &PIN_PAGE_NS, &show, &write_pin_page);
+    dir.read_write_callback_file(c"bar1_mib", &BAR1_MIB, &show, &write_mib);
+    dir.read_write_callback_file(c"bar1_mode", &BAR1_MODE, &show, &write_bar1_mode);
+    dir.read_write_callback_file(c"fb_mib", &FB_MIB, &show, &write_mib);
     dir.write_only_callback_file(c"reset_totals", &RESET_DUMMY, &write_reset);
     let fail = dir.dir(c"fail");
     for (name, e) in ENTRIES {

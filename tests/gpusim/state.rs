@@ -17,6 +17,7 @@
 //! CPU can still reach is ever freed.
 
 use crate::abi::*;
+use crate::bar1::{self, Bar1};
 use crate::branch::Branch;
 use crate::glue::{self, Chunk};
 use crate::knobs::{self, *};
@@ -214,6 +215,9 @@ pub(crate) struct PinObj {
     data: *mut c_void,
     state: PinState,
     dmas: KVec<KBox<DmaObj>>,
+    /// Its BAR1 mapping, given back when it leaves the table
+    /// ([`State::take_pin`]).
+    bar1: Option<bar1::Mapping>,
 }
 
 // SAFETY: The raw pointers point into the object itself (see the type
@@ -278,6 +282,7 @@ impl Drop for DmaObj {
 pub(crate) struct State {
     allocs: KVec<AllocEntry>,
     pins: KVec<KBox<PinObj>>,
+    bar1: Bar1,
     next_handle: u64,
     /// The registered rsync driver (identity), 0 if none.
     pub(crate) rsync: usize,
@@ -288,6 +293,7 @@ impl State {
         Self {
             allocs: KVec::new(),
             pins: KVec::new(),
+            bar1: Bar1::new(),
             next_handle: 1,
             rsync: 0,
         }
@@ -301,6 +307,16 @@ impl State {
 
     fn pin_idx(&self, key: usize) -> Option<usize> {
         self.pins.iter().position(|p| p.key() == key)
+    }
+
+    /// Takes pin `i` out of the table, its BAR1 mapping given back (the
+    /// page table itself is freed when the caller drops it).
+    fn take_pin(&mut self, i: usize) -> Option<KBox<PinObj>> {
+        let mut pin = self.pins.remove(i).ok()?;
+        if let Some(m) = pin.bar1.take() {
+            self.bar1.unmap(&m);
+        }
+        Some(pin)
     }
 }
 
@@ -323,10 +339,17 @@ pub(crate) unsafe fn init() {
 pub(crate) fn teardown() {
     let (allocs, pins) = {
         let mut st = STATE.lock();
-        (
-            core::mem::take(&mut st.allocs),
-            core::mem::take(&mut st.pins),
-        )
+        let mut pins = KVec::new();
+        while let Some(p) = st.take_pin(0) {
+            // Room for all was there: the table held them.
+            if pins.push(p, GFP_ATOMIC).is_err() {
+                break;
+            }
+        }
+        // The tables' own buffers too: `STATE` is never dropped.
+        drop(core::mem::take(&mut st.pins));
+        st.bar1 = Bar1::new();
+        (core::mem::take(&mut st.allocs), pins)
     };
     if !pins.is_empty() {
         pr_warn!(
@@ -542,7 +565,7 @@ fn retire(alloc: Arc<Alloc>) {
         FREE_CALLBACKS.add(1, Relaxed);
         let pin = {
             let mut st = STATE.lock();
-            st.pin_idx(key).and_then(|i| st.pins.remove(i).ok())
+            st.pin_idx(key).and_then(|i| st.take_pin(i))
         };
         // Unmaps leftover DMA mappings and frees the page table.
         drop(pin);
@@ -657,6 +680,7 @@ pub(crate) fn get_pages(
             data,
             state: PinState::Live,
             dmas: KVec::new(),
+            bar1: None,
         },
         GFP_KERNEL,
     )?;
@@ -672,6 +696,19 @@ pub(crate) fn get_pages(
     base.pages = pages_ptr;
     base.gpu_uuid = uuid_ptr;
     let pt = pin.pt.as_mut_ptr();
+    // BAR1 last (nothing after it can fail but the push, which undoes it):
+    // the pinning process's client, or RM's internal one for a persistent
+    // pin (`bar1.rs`). No room: -ENOMEM, as RM's
+    // NV_ERR_INSUFFICIENT_RESOURCES.
+    let client = if persistent {
+        bar1::Client::Internal
+    } else {
+        bar1::Client::Process(pin.tgid)
+    };
+    let handle = pin.alloc.handle;
+    st.pins.reserve(1, GFP_KERNEL)?;
+    pin.bar1 = Some(st.bar1.map(client, handle, off as u64, len)?);
+    // Within the capacity reserved above: does not fail.
     st.pins.push(pin, GFP_KERNEL)?;
     PAGES_PINNED.add(entries as u64, Relaxed);
     Ok(pt)
@@ -724,9 +761,9 @@ pub(crate) fn put_pages(va: u64, key: usize, persistent: bool, rm: RmGuard) -> c
         if p.state == PinState::Callback {
             return stale();
         }
-        match st.pins.remove(i) {
-            Ok(p) => p,
-            Err(_) => return stale(),
+        match st.take_pin(i) {
+            Some(p) => p,
+            None => return stale(),
         }
     };
     drop(rm);

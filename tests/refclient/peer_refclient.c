@@ -240,6 +240,14 @@ struct ref_ctx {
 	u64 va, len;			/* the 64 KiB-aligned pinned range */
 	struct ref_p2p_page_table *pt;
 	bool pin_ref;			/* the pin holds a reference on us */
+	pid_t pin_tgid;			/* the process that pinned it (gpusim) */
+	/*
+	 * put_pages came from another process or a kernel thread (an
+	 * invalidation from the race thread): NVIDIA's driver ignores a put of
+	 * a pin with a free callback there, so release() makes it (or the free
+	 * callback takes the table).
+	 */
+	bool put_deferred;
 	bool cb_started;		/* gpusim's free callback began */
 	struct task_struct *cb_task;	/* the thread running it */
 	struct list_head pin_node;
@@ -356,6 +364,9 @@ static bool ref_unpin_locked(struct ref_ctx *c)
 	if (use_gpusim && !invalidate) {
 		p2p_put_persistent(c->va, c->pt, 0);
 		c->pt = NULL;
+	} else if (use_gpusim && !c->cb_started && c->cb_task != current &&
+		   current->tgid != c->pin_tgid) {
+		c->put_deferred = true;
 	} else if (use_gpusim && !c->cb_started && c->cb_task != current) {
 		/*
 		 * If gpusim started the free callback meanwhile, this fails
@@ -803,6 +814,7 @@ static int gs_get_pages(struct ref_ctx *c, u64 core_context)
 		ret = p2p_get_persistent(c->va, c->len, &pt, 0);
 	if (ret)
 		goto out;
+	c->pin_tgid = current->tgid;
 	if (!REF_P2P_PAGE_TABLE_OK(pt->version) ||
 	    pt->page_size != REF_P2P_PAGE_SIZE_64KB ||
 	    pt->entries != c->len / GS_PAGE) {
@@ -1081,6 +1093,26 @@ static unsigned long ref_get_page_size(void *ctx)
 static void ref_release(void *ctx)
 {
 	struct ref_ctx *c = ctx;
+	struct ref_p2p_page_table *pt = NULL;
+	bool drop = false;
+
+	/* A put deferred to the pinning process (put_deferred), no lock held. */
+	mutex_lock(&c->lock);
+	if (c->put_deferred && c->pt && !c->cb_started && current->tgid == c->pin_tgid)
+		pt = c->pt;
+	c->put_deferred = false;
+	mutex_unlock(&c->lock);
+	if (pt && !p2p_put_pages(0, 0, c->va, pt)) {
+		mutex_lock(&c->lock);
+		if (c->pt == pt) {
+			c->pt = NULL;
+			drop = c->pin_ref;
+			c->pin_ref = false;
+		}
+		mutex_unlock(&c->lock);
+	}
+	if (drop)
+		kref_put(&c->ref, ref_ctx_release);
 
 	mutex_lock(&c->lock);
 	ref_note_late(c, false);

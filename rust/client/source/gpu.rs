@@ -42,6 +42,28 @@ pub(in crate::client) fn pin<T: FreeCallback>(
     nvidia_p2p::get_pages(range.aligned_start(), range.aligned_len(), callback)
 }
 
+/// The range `nv_mem`'s watch pin covers: the first GPU page of `range`.
+///
+/// The driver calls a pin's free callback when the allocation it lies in
+/// goes, whatever part of it the pin covers (NVIDIA's
+/// `CliDelThirdPartyP2PVidmemInfo` calls the callback of every mapping of
+/// the freed memory, third_party_p2p.c), and a pinned range always lies in
+/// one allocation (`CliGetThirdPartyP2PVidmemInfoFromAddress`): so one
+/// page watches the whole range, and holds one page of BAR1, not the
+/// range's (docs/module.md, "The keeper").
+pub(in crate::client) fn watch_range(range: &GpuRange) -> GpuRange {
+    GpuRange::new(range.aligned_start(), PAGE_SIZE).unwrap_or(*range)
+}
+
+/// `nv_mem`'s watch pin: [`watch_range`] pinned with the free callback
+/// that gets `callback`. `EINVAL`: not GPU memory.
+pub(in crate::client) fn pin_watch<T: FreeCallback>(
+    range: &GpuRange,
+    callback: Arc<T>,
+) -> Result<PageTable<T>> {
+    pin(&watch_range(range), Some(callback))
+}
+
 /// The pin failed with an error other than `EINVAL` (counted in
 /// `stats.errors`, logged); the range is declined all the same.
 pub(in crate::client) fn report_pin_failed(stats: &Stats) {
@@ -125,20 +147,22 @@ pub(in crate::client) fn report_keeper_failed(stats: &Stats, range: &GpuRange, e
     }
 }
 
-/// Checks what the pins hold (the table with the callback `pt`, and the
-/// keeper if any): both cover the range with one entry per page (the
-/// keeper's addresses may differ from the watch's: each RM client can
-/// have its own BAR1 mapping of the memory). A refusal is reported by
-/// [`report_refused`].
+/// Checks what the pins hold: with a keeper, the watch pin `pt` covers
+/// [`watch_range`] and the keeper the range; without, `pt` covers the
+/// range; one entry per page (the keeper's addresses may differ from the
+/// watch's: each RM client has its own BAR1 mapping of the memory). A
+/// refusal is reported by [`report_refused`].
 pub(in crate::client) fn check_pins<T: FreeCallback>(
     range: &GpuRange,
     pt: &PageTable<T>,
     keeper: Option<&PageTable<T>>,
 ) -> core::result::Result<(), TableRefusal> {
-    check_page_table(pt, range).and_then(|()| match keeper {
-        Some(k) => check_page_table(k, range),
-        None => Ok(()),
-    })
+    match keeper {
+        Some(k) => {
+            check_page_table(pt, &watch_range(range)).and_then(|()| check_page_table(k, range))
+        }
+        None => check_page_table(pt, range),
+    }
 }
 
 /// Counts (in `stats.errors`) and logs why [`check_pins`] refused the
@@ -148,7 +172,8 @@ pub(in crate::client) fn report_refused(stats: &Stats, range: &GpuRange, why: Ta
     report_refusal(why, range.addr(), range.len());
 }
 
-/// Counts a table just pinned (the watch pin's: its pages).
+/// Counts a registration's pages just pinned (those of the range: a
+/// page pinned by both the watch pin and the keeper counts once).
 pub(in crate::client) fn count_pinned(stats: &Stats, pages: u32) {
     stats.pages_pinned.add(u64::from(pages));
     stats.bytes_pinned.add(u64::from(pages) * GPU_PAGE_SIZE);

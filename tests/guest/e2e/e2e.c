@@ -355,6 +355,20 @@ static int gpusim_load(void)
 
 static const char *args;
 
+/* This process's cached watch pins given back before peermem is unloaded (its unload waits for them). */
+static void flush_own_pins(const char *module)
+{
+	FILE *f;
+
+	if (strcmp(module, "peermem"))
+		return;
+	f = fopen("/sys/kernel/debug/peermem/watch_cache_flush", "w");
+	if (f) {
+		fputs("1", f);
+		fclose(f);
+	}
+}
+
 static int client_load(void)
 {
 	char ko[600];
@@ -370,6 +384,7 @@ static int client_load(void)
 		snprintf(m, sizeof(m), "/sys/module/%s", C->module);
 		if (access(m, F_OK) == 0) {
 			diag("%s was loaded already: reloading it", C->module);
+			flush_own_pins(C->module);
 			run("rmmod %s", C->module);
 		}
 	}
@@ -927,6 +942,7 @@ unload:
 	conn_close(&c);
 	if (gfd >= 0)
 		close(gfd);
+	flush_own_pins(C->module);
 	rc = run("rmmod %s", C->module);
 	ok(rc == 0 && !core_has_client() &&
 	   read_ll(OFED_SYSFS "%s/num_alloc_mrs", C->core_name) < 0,

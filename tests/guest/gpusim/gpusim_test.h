@@ -171,6 +171,9 @@ static void gs_reset_knobs(void)
 	dbg_set("cpu_cacheable", 0);	/* a discrete GPU behind PCIe (x86) */
 	dbg_set("fail_errno", 12);
 	dbg_set("max_alloc_bytes", 256 << 20);
+	dbg_set("bar1_mib", 1024);	/* BAR1: 1 GiB, dynamic (docs/gpusim.md) */
+	dbg_set("bar1_mode", 0);
+	dbg_set("fb_mib", 16384);
 	dbg_set("reset_totals", 1);	/* also disarms every fail/<entry> */
 }
 

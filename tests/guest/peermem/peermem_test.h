@@ -251,6 +251,10 @@ static void gs_defaults(void)
 	/* The pin-cost model (docs/gpusim.md, "Pin cost"): off, the rig's default. */
 	gs_knob("pin_call_us", "0");
 	gs_knob("pin_page_ns", "0");
+	/* BAR1 (docs/gpusim.md, "BAR1"): 1 GiB, dynamic against 16 GiB of FB. */
+	gs_knob("bar1_mib", "1024");
+	gs_knob("bar1_mode", "0");
+	gs_knob("fb_mib", "16384");
 	gs_knob("reset_totals", "1");
 }
 

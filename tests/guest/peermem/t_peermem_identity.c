@@ -87,6 +87,7 @@ static int settled(void)
 		return 1;
 	pm_diag();
 	gs_diag();
+	diag("pages %lld/%lld bytes %lld/%lld keepers %lld/%lld nc pages %lld/%lld", pm("pages_pinned"), pm("pages_unpinned"), pm("bytes_pinned"), pm("bytes_unpinned"), pm("keeper_pins"), pm("keeper_unpins"), pm_nc("pages_pinned"), pm_nc("pages_unpinned"));
 	return 0;
 }
 

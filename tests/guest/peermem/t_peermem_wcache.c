@@ -442,14 +442,23 @@ int main(void)
 	ok(wait_for(all_idle, 10), "watch_cache=2: nothing left after the frees");
 	loopback_end(&c, hmr);
 
+	/* A cached watch pin covers one GPU page: 64 KiB of BAR1, whatever the range. */
 	fd = reload_with("watch_cache_mib=1", &c, &h, &hmr);
 	if (gmem_alloc(fd, 2 * LEN, &g))
 		bail("gpusim allocation failed");
 	park0 = pm("watch_cache_parked");
-	ok(reg_dereg(&c, g.p, 2 * LEN) == 0 && pm("watch_cache_parked") == park0 && gs("live_pins") == 0,
-	   "watch_cache_mib=1: a 2 MiB range is not cached (its pins put)");
-	ok(reg_dereg(&c, g.p, LEN) == 0 && pm("watch_cache_parked") == park0 + 1,
-	   "watch_cache_mib=1: a 1 MiB range is");
+	ev0 = pm("watch_cache_evicted");
+	rc = 0;
+	for (int i = 0; i < 16; i++)
+		rc |= reg_dereg(&c, g.p + i * GPU_PAGE, 2 * LEN - i * GPU_PAGE);
+	ok(rc == 0 && pm("watch_cache_parked") == park0 + 16 && pm("watch_cache_evicted") == ev0 &&
+	   gs("live_pins") == 16,
+	   "watch_cache_mib=1: 16 ranges of up to 2 MiB are cached, one 64 KiB pin each (rc %d, parked %+lld, evicted %+lld, pins %lld)",
+	   rc, pm("watch_cache_parked") - park0, pm("watch_cache_evicted") - ev0, gs("live_pins"));
+	ok(reg_dereg(&c, g.p + 16 * GPU_PAGE, LEN) == 0 && pm("watch_cache_parked") == park0 + 17 &&
+	   pm("watch_cache_evicted") == ev0 + 1 && gs("live_pins") == 16,
+	   "watch_cache_mib=1: a 17th evicts the oldest (1 MiB of BAR1 is 16 of them; evicted %+lld)",
+	   pm("watch_cache_evicted") - ev0);
 	gmem_gone(fd, &g);
 	ok(wait_for(all_idle, 10), "watch_cache_mib=1: nothing left after the free");
 	loopback_end(&c, hmr);

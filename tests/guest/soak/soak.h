@@ -602,6 +602,9 @@ static int soak_load(const struct soak_opts *o)
 
 static int soak_unload(const struct soak_opts *o)
 {
+	/* This process's cached watch pins first (peermem's unload waits for them). */
+	if (!strcmp(o->client, "peermem"))
+		write_str("/sys/kernel/debug/peermem/watch_cache_flush", "1");
 	return run("rmmod %s", strcmp(o->client, "peermem") ? "nvidia_peermem" : "peermem");
 }
 
