@@ -13,6 +13,9 @@ plots.
                                          medians, after/before, nvidia-peermem's
                                          after/before, pm/nv and pm/floor of each
                                          (FIGS: figure names, comma-separated)
+    report.py bar1 TXT                   bench_bar1's capacity and pin counts
+                                         (tests/bench/bar1-capacity.sh), as tables
+    report.py plot-bar1 TXT PNG          the capacity, plotted (matplotlib)
     report.py memdetail GUEST_OUTPUT     bench_peermem --memory-detail's breakdown
                                          of the memory figures by counter (Markdown)
     report.py pincost JSON               the pin-cost model's table (--only pincost)
@@ -1090,6 +1093,90 @@ def cmd_profdiff(path, n=40, kind="incl", markdown=False):
     return out
 
 
+def read_bar1(path):
+    """bench_bar1's lines: ({label: {mib: (one_mr_mib, small_mrs)}},
+    {label: {kib: (miss_calls, miss_pages, hit_calls, hit_pages)}}), labels in
+    the order they first appear."""
+    cap, pins = {}, {}
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if len(w) >= 7 and w[0] == "bar1":
+                cap.setdefault(w[1], {})[int(w[2])] = (int(w[4]), int(w[6]))
+            elif len(w) >= 12 and w[0] == "pins":
+                pins.setdefault(w[1], {})[int(w[2])] = tuple(float(w[i]) for i in (5, 7, 10, 12))
+    return cap, pins
+
+
+def cmd_bar1(path, md):
+    cap, pins = read_bar1(path)
+    ref = next((l for l in cap if l.startswith("nvidia-peermem")), None)
+    out = []
+    sizes = sorted({m for v in cap.values() for m in v})
+    head = ["client"] + [f"{m} MiB: one MR / 2 MiB MRs" for m in sizes]
+    rows = []
+    for label, v in cap.items():
+        cells = [label]
+        for m in sizes:
+            if m not in v:
+                cells.append("")
+                continue
+            one, n = v[m]
+            rel = ""
+            if ref and m in cap[ref] and label != ref:
+                r1, rn = cap[ref][m]
+                rel = f" ({one / r1:.2f}x / {n / rn:.2f}x)" if r1 and rn else ""
+            cells.append(f"{one} MiB / {n}{rel}")
+        rows.append(cells)
+    out += render(head, rows, md)
+    if pins:
+        out.append("")
+        kibs = sorted({k for v in pins.values() for k in v})
+        head = ["client"] + [f"{k // 1024} MiB" if k >= 1024 else f"{k} KiB" for k in kibs]
+        rows = []
+        for label, v in pins.items():
+            cells = [label]
+            for k in kibs:
+                if k not in v:
+                    cells.append("")
+                    continue
+                mc, mp, hc, hp = v[k]
+                cells.append(f"miss {mc:g} calls, {mp:g} pages; hit {hc:g}, {hp:g}")
+            rows.append(cells)
+        out += render(head, rows, md)
+    return out
+
+
+def render(head, rows, md):
+    if md:
+        return ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)] + [
+            "| " + " | ".join(r) + " |" for r in rows]
+    w = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    return ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)) for r in [head] + rows]
+
+
+def cmd_plot_bar1(path, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cap, _ = read_bar1(path)
+    sizes = sorted({m for v in cap.values() for m in v})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    width = 0.8 / max(len(cap), 1)
+    for ax, idx, what in ((axes[0], 0, "largest single MR (MiB)"),
+                          (axes[1], 1, "2 MiB MRs registered at once")):
+        for j, (label, v) in enumerate(cap.items()):
+            xs = [i + j * width for i in range(len(sizes))]
+            ax.bar(xs, [v.get(m, (0, 0))[idx] for m in sizes], width, label=label)
+        ax.set_xticks([i + width * (len(cap) - 1) / 2 for i in range(len(sizes))])
+        ax.set_xticklabels([f"BAR1 {m} MiB" for m in sizes])
+        ax.set_ylabel(what)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("What registers before BAR1 is full (gpusim, dynamic BAR1, RM's 36 MiB reserve)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -1135,6 +1222,10 @@ def main():
         kind = "self" if "--self" in argv else "incl"
         argv = [a for a in argv if a != "--self"]
         print("\n".join(cmd_profdiff(argv[0], int(argv[1]) if len(argv) > 1 else 40, kind, md)))
+    elif cmd == "bar1" and len(argv) == 1:
+        print("\n".join(cmd_bar1(argv[0], md)))
+    elif cmd == "plot-bar1" and len(argv) == 2:
+        cmd_plot_bar1(argv[0], argv[1])
     elif cmd == "memdetail" and len(argv) == 1:
         print(cmd_memdetail(argv[0]))
     else:
