@@ -6,7 +6,7 @@
  *
  * /dev/pfnmap_exporter holds one buffer at a time (the module is a test
  * fixture: one test uses it at a time). mmap() of the device at offset 0
- * maps the whole buffer (VM_IO | VM_PFNMAP, shared or private, read-only
+ * maps the whole buffer, or its beginning for a shorter length (VM_IO | VM_PFNMAP, shared or private, read-only
  * if the file was opened O_RDONLY or PROT_READ is asked).
  */
 #ifndef PFNMAP_UAPI_H

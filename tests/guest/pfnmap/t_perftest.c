@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Debian's perftest, unmodified, moving data through peermem: the tools an
+ * operator verifies GPUDirect RDMA with (docs/install.md, "Verifying"),
+ * server and client over rxe0 in one guest, the server's buffer registered
+ * through peermem with perftest's --mmap=FILE:
+ *  - the PFN exporter's reserved-RAM ring (/dev/pfnmap_exporter, peermem's
+ *    PFN source, pfnmap=1), and host memory in the same boot for
+ *    comparison: ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat each
+ *    exit 0 with a result line, and peermem's PFN counters show the
+ *    registration served and released (ib_write_bw on host memory too);
+ *  - the ring zapped by its exporter mid-run (PFNMAP_IOC_ZAP): peermem
+ *    revokes the MR, perftest reports the failed completion and exits
+ *    non-zero, nothing stays registered, no kernel report.
+ * Not here: a PCI BAR through /sys/bus/pci/devices/<dev>/resourceN (the
+ * switch's ports redirect peer-to-peer traffic until ACS is cleared,
+ * t_peermem_p2p's business), and emulated GPU memory (gpusim's memory is
+ * mapped through its allocation ioctl, which perftest cannot call; on a
+ * GPU server perftest's --use_cuda reaches GPU memory).
+ */
+#include <sys/wait.h>
+
+#include "pfnmap_test.h"
+
+#define RING (4 * 1024 * 1024UL)
+#define OUT_DIR_DEFAULT "/tmp"
+
+static char out_dir[256];
+
+/* Runs cmd in the background with its output in file; returns the pid. */
+static pid_t spawn(const char *cmd, const char *file)
+{
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		char sh[1024];
+
+		snprintf(sh, sizeof(sh), "exec %s > %s 2>&1", cmd, file);
+		execl("/bin/sh", "sh", "-c", sh, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Waits (bounded) for pid; its exit status, or -1 (killed after the limit). */
+static int reap(pid_t pid, double secs)
+{
+	double end = now_s() + slow_s(secs);
+	int st;
+
+	while (now_s() < end) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+		usleep(50000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
+/* The first result line of a perftest output: the one after its "#bytes" header. */
+static int result_line(const char *file, char *line, size_t n)
+{
+	FILE *f = fopen(file, "r");
+	char buf[512];
+	int next = 0, found = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(buf, sizeof(buf), f)) {
+		if (next && buf[strspn(buf, " ")] >= '0' && buf[strspn(buf, " ")] <= '9') {
+			snprintf(line, n, "%s", buf + strspn(buf, " "));
+			line[strcspn(line, "\n")] = 0;
+			found = 1;
+			break;
+		}
+		if (strstr(buf, "#bytes"))
+			next = 1;
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * One perftest run: server (with --mmap=mmap if given) and client over
+ * rxe0. Returns the client's status; the server's in *srv; the client's
+ * result line in line.
+ */
+static int perftest(const char *tool, const char *mmap, const char *extra, int *srv, char *line,
+		    size_t n)
+{
+	char cmd[512], sfile[300], cfile[300];
+	pid_t s, cl;
+	int rc = -1;
+
+	snprintf(sfile, sizeof(sfile), "%s/%s-server.txt", out_dir, tool);
+	snprintf(cfile, sizeof(cfile), "%s/%s-client.txt", out_dir, tool);
+	snprintf(cmd, sizeof(cmd), "%s -d " RXE_DEV " -x 1 -F %s%s %s", tool, mmap ? "--mmap=" : "",
+		 mmap ? mmap : "", extra);
+	s = spawn(cmd, sfile);
+	/* The server listens once it has set up; retry the client a few times. */
+	for (int i = 0; i < 5; i++) {
+		usleep((useconds_t)(slow_s(1.0) * 1e6));
+		snprintf(cmd, sizeof(cmd), "%s -d " RXE_DEV " -x 1 -F %s 10.55.0.1", tool, extra);
+		cl = spawn(cmd, cfile);
+		rc = reap(cl, 60);
+		/* Done, or the server gave up (then its status tells). */
+		if (rc == 0 || kill(s, 0) != 0)
+			break;
+	}
+	*srv = reap(s, 30);
+	if (!result_line(cfile, line, n) && !result_line(sfile, line, n))
+		snprintf(line, n, "(no result line)");
+	return rc;
+}
+
+int main(void)
+{
+	static const char *const tools[] = { "ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat" };
+	static const char *const extras[] = { "-s 65536 -n 50", "-s 65536 -n 50", "-s 65536 -n 50",
+					       "-s 4096 -n 50" };
+	char line[256], host_line[256];
+	long long acq0, rel0;
+	int efd, rc, srv;
+
+	snprintf(out_dir, sizeof(out_dir), "%s", getenv("PEERMEM_RESULTS") ?: OUT_DIR_DEFAULT);
+	if (access("/usr/bin/ib_write_bw", X_OK))
+		bail("perftest is not installed (Debian's perftest; scripts/setup-host.sh installs it)");
+	rxe_up();
+	exporter_load();
+	load_modules("pfnmap=1");
+	efd = exporter_open(O_RDWR);
+	if (exporter_alloc(efd, RING, PFNMAP_RESERVED, NULL))
+		bail("the exporter cannot allocate a %lu-byte ring", RING);
+
+	/* Host memory, for comparison (ib_write_bw; the others take as long). */
+	rc = perftest(tools[0], NULL, extras[0], &srv, host_line, sizeof(host_line));
+	ok(rc == 0 && srv == 0, "%s, host memory: client %d, server %d: %s", tools[0], rc, srv, host_line);
+	for (unsigned i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
+		acq0 = pf("registrations_acquired");
+		rel0 = pf("registrations_released");
+		rc = perftest(tools[i], PFNMAP_DEV, extras[i], &srv, line, sizeof(line));
+		ok(rc == 0 && srv == 0 && strcmp(line, "(no result line)") &&
+		   pf("registrations_acquired") > acq0 &&
+		   pf("registrations_released") - rel0 == pf("registrations_acquired") - acq0,
+		   "%s, the exporter's ring through peermem's PFN source (--mmap=%s): client %d, server %d, registered %+lld and released: %s",
+		   tools[i], PFNMAP_DEV, rc, srv, pf("registrations_acquired") - acq0, line);
+	}
+
+	/* The ring zapped mid-run: revoked, perftest fails, nothing left. */
+	{
+		char sfile[300], cfile[300];
+		long long inv0 = pf("invalidations_mmu_notifier");
+		pid_t s, cl;
+
+		acq0 = pf("registrations_acquired");
+		snprintf(sfile, sizeof(sfile), "%s/zap-server.txt", out_dir);
+		snprintf(cfile, sizeof(cfile), "%s/zap-client.txt", out_dir);
+		s = spawn("ib_write_bw -d " RXE_DEV " -x 1 -F -s 65536 -D 10 --mmap=" PFNMAP_DEV, sfile);
+		usleep((useconds_t)(slow_s(1.5) * 1e6));
+		cl = spawn("ib_write_bw -d " RXE_DEV " -x 1 -F -s 65536 -D 10 10.55.0.1", cfile);
+		for (double end = now_s() + slow_s(20);
+		     pf("registrations_acquired") == acq0 && now_s() < end;)
+			usleep(50000);
+		usleep((useconds_t)(slow_s(1.0) * 1e6));
+		rc = ioctl(efd, PFNMAP_IOC_ZAP);
+		srv = reap(s, 40);
+		rc = reap(cl, 40);
+		ok(pf("invalidations_mmu_notifier") > inv0 && rc != 0 && srv != -1,
+		   "ib_write_bw on the ring, zapped by its exporter mid-run: the MR is revoked (invalidations %+lld), the client exits with %d, the server with %d",
+		   pf("invalidations_mmu_notifier") - inv0, rc, srv);
+		ok(wait_for(pf_idle, 10), "after the zap: nothing registered or mapped by the PFN source");
+	}
+	ioctl(efd, PFNMAP_IOC_FREE);
+	close(efd);
+	ok(pm_rmmod() == 0 && run("rmmod pfnmap_exporter") == 0, "rmmod peermem and the exporter");
+	return finish();
+}
