@@ -397,6 +397,16 @@ static int pm_balanced(void)
 	return !peer_stats(pm_name, &s) && peer_stats_balanced(&s);
 }
 
+/* Register [p, p + len) and deregister it at once: 0, or errno. */
+static int reg_dereg(struct conn *c, void *p, size_t len)
+{
+	struct ibv_mr *mr = ibv_reg_mr(c->pd, p, len, MR_ACCESS);
+
+	if (!mr)
+		return errno;
+	return ibv_dereg_mr(mr) ? EIO : 0;
+}
+
 /* A gpusim allocation of len bytes mapped in this process. */
 struct gmem {
 	uint8_t *p;

@@ -32,16 +32,6 @@ static struct ibv_mr *hmr;
 static uint8_t *h;
 static int fd;
 
-/* Register [p, p + len) and deregister it at once: 0, or errno. */
-static int reg_dereg(struct conn *cn, void *p, size_t len)
-{
-	struct ibv_mr *mr = ibv_reg_mr(cn->pd, p, len, MR_ACCESS);
-
-	if (!mr)
-		return errno;
-	return ibv_dereg_mr(mr) ? EIO : 0;
-}
-
 struct unload {
 	pthread_t t;
 	volatile int done;

@@ -45,16 +45,6 @@ static int no_entries(void)
 	return pm_cached() == 0;
 }
 
-/* Register [p, p + len) and deregister it at once: 0, or errno. */
-static int reg_dereg(struct conn *c, void *p, size_t len)
-{
-	struct ibv_mr *mr = ibv_reg_mr(c->pd, p, len, MR_ACCESS);
-
-	if (!mr)
-		return errno;
-	return ibv_dereg_mr(mr) ? EIO : 0;
-}
-
 /* Free a gpusim allocation and drop its mapping. */
 static void gmem_gone(int fd, struct gmem *g)
 {
