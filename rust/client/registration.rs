@@ -339,7 +339,6 @@ fn finish_acquire(
     // pin. `NoRoom` (BAR1 full): this process's cached watch pins are
     // given back and the keeper tried once more; then, like any other
     // failure, the range is declined below.
-    let mut keeper_gone = false;
     let mut keeper_failed = None;
     let mut unsupported = false;
     let keeper = if persistent {
@@ -352,7 +351,7 @@ fn finish_acquire(
         match k {
             Keeper::Pinned(k) => Some(k),
             Keeper::Gone => {
-                keeper_gone = true;
+                keeper_failed = Some(EINVAL);
                 None
             }
             Keeper::Unsupported => {
@@ -436,26 +435,22 @@ fn finish_acquire(
         stats.registrations_acquired.inc();
         return Some(reg);
     }
-    if keeper_gone {
-        // The memory went between the two pins; the watch pin (now the
-        // phase's) is put back as `put_pages` does, racing its callback.
-        drop(g);
-        reg.stop_watch();
-        reg.unpin();
-        stats.registrations_declined.inc();
-        warn_ratelimited(
-            c"the GPU memory was freed while it was being registered; declining the range",
-        );
-        return None;
-    }
     if let Some(e) = keeper_failed {
-        // No keeper and no reason to register with one pin: the watch pin
-        // (now the phase's) is put back, here in the pinning process.
+        // No keeper and no reason to register with one pin (`EINVAL`: the
+        // memory went between the two pins): the watch pin (now the
+        // phase's) is put back as `put_pages` does, racing its callback,
+        // here in the pinning process.
         drop(g);
         reg.stop_watch();
         reg.unpin();
         stats.registrations_declined.inc();
-        gpu::report_keeper_failed(stats, &range, e);
+        if e == EINVAL {
+            warn_ratelimited(
+                c"the GPU memory was freed while it was being registered; declining the range",
+            );
+        } else {
+            gpu::report_keeper_failed(stats, &range, e);
+        }
         return None;
     }
     if let Err(why) = checked {

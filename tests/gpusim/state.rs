@@ -741,20 +741,14 @@ fn stale() -> c_int {
 pub(crate) fn put_pages(va: u64, key: usize, persistent: bool, rm: RmGuard) -> c_int {
     let pin = {
         let mut st = STATE.lock();
-        if !persistent {
-            let me = glue::current_tgid();
-            if !st.pins.iter().any(|p| p.key() == key && p.tgid == me) {
-                if st.pin_idx(key).is_some() {
-                    FOREIGN_PUTS.add(1, Relaxed);
-                    return 0;
-                }
-                return stale();
-            }
-        }
         let Some(i) = st.pin_idx(key) else {
             return stale();
         };
         let p = &st.pins[i];
+        if !persistent && p.tgid != glue::current_tgid() {
+            FOREIGN_PUTS.add(1, Relaxed);
+            return 0;
+        }
         if p.persistent != persistent || p.va != va {
             return EINVAL.to_errno();
         }

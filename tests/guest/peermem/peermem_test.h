@@ -436,6 +436,19 @@ static int gmem_alloc(int fd, size_t len, struct gmem *g)
 }
 
 /*
+ * In a forked child: its own /dev/gpusim (returned), RC loopback in *cc and
+ * allocation of len bytes in *gc; exits with status 2 if any fails.
+ */
+static int child_own_gpu(struct conn *cc, size_t len, struct gmem *gc)
+{
+	int f = open("/dev/gpusim", O_RDWR);
+
+	if (f < 0 || conn_open(cc) || gmem_alloc(f, len, gc))
+		_exit(2);
+	return f;
+}
+
+/*
  * Child of an exit test: registers len bytes of GPU memory (filled with
  * seed), reads from it once, and returns 0 to exit holding the MR and the
  * memory; gpusim_first: open /dev/gpusim before uverbs (the other order

@@ -292,10 +292,8 @@ static void per_process(void)
 	if (pid == 0) {
 		struct conn cc;
 		struct gmem gc;
-		int f = open("/dev/gpusim", O_RDWR);
+		int f = child_own_gpu(&cc, LEN, &gc);
 
-		if (f < 0 || conn_open(&cc) || gmem_alloc(f, LEN, &gc))
-			_exit(2);
 		/* The cache is full with the parent's entry: ours is not kept. */
 		if (reg_dereg(&cc, gc.p, LEN))
 			_exit(3);

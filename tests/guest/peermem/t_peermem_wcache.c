@@ -379,10 +379,8 @@ int main(void)
 	if (pid == 0) {
 		struct conn cc;
 		struct gmem gc;
-		int f = open("/dev/gpusim", O_RDWR);
 
-		if (f < 0 || conn_open(&cc) || gmem_alloc(f, LEN, &gc))
-			_exit(2);
+		child_own_gpu(&cc, LEN, &gc);
 		_exit(reg_dereg(&cc, gc.p, LEN) == 0 && pm_cached() == 1 ? 0 : 3);
 	}
 	st = -1;
