@@ -29,6 +29,8 @@
 #include <linux/mutex.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
 
 #include "pfnmap_uapi.h"
 
@@ -56,6 +58,91 @@ static struct pfnmap_buf *pfnmap_cur, *pfnmap_old;
 static struct address_space *pfnmap_mapping;	/* of the device inode, once opened */
 static u32 pfnmap_zaps;
 static struct pfnmap_window pfnmap_win;	/* PFNMAP_IOC_WINDOW; len 0: none */
+
+/* PFNMAP_IOC_HOG (pfnmap_uapi.h) */
+struct pfnmap_hog_item {
+	struct work_struct work;
+	struct list_head node;
+};
+
+static DEFINE_MUTEX(pfnmap_hog_lock);	/* the list, the queue, release */
+static LIST_HEAD(pfnmap_hogs);
+static struct workqueue_struct *pfnmap_hog_wq;
+static DECLARE_WAIT_QUEUE_HEAD(pfnmap_hog_wait);
+static bool pfnmap_hog_go;
+static atomic_t pfnmap_hog_running = ATOMIC_INIT(0);
+
+static void pfnmap_hog_fn(struct work_struct *work)
+{
+	atomic_inc(&pfnmap_hog_running);
+	wait_event(pfnmap_hog_wait, READ_ONCE(pfnmap_hog_go));
+	atomic_dec(&pfnmap_hog_running);
+}
+
+/* Releases every hog and waits until none runs; pfnmap_hog_lock held. */
+static void pfnmap_hog_release(void)
+{
+	struct pfnmap_hog_item *h, *tmp;
+
+	if (!pfnmap_hog_wq)
+		return;
+	WRITE_ONCE(pfnmap_hog_go, true);
+	wake_up_all(&pfnmap_hog_wait);
+	flush_workqueue(pfnmap_hog_wq);
+	list_for_each_entry_safe(h, tmp, &pfnmap_hogs, node) {
+		list_del(&h->node);
+		kfree(h);
+	}
+	WRITE_ONCE(pfnmap_hog_go, false);
+}
+
+static long pfnmap_hog(struct pfnmap_hog __user *argp)
+{
+	struct pfnmap_hog_item *h;
+	struct pfnmap_hog hog;
+	u32 n = 0, i;
+	long ret = 0;
+
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	if (copy_from_user(&hog, argp, sizeof(hog)))
+		return -EFAULT;
+	mutex_lock(&pfnmap_hog_lock);
+	if (hog.release)
+		pfnmap_hog_release();
+	list_for_each_entry(h, &pfnmap_hogs, node)
+		n++;
+	if (hog.add > PFNMAP_HOG_MAX - n) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (hog.add && !pfnmap_hog_wq) {
+		/* Unbound, default attributes, no rescuer. */
+		pfnmap_hog_wq = alloc_workqueue("pfnmap_hog", WQ_UNBOUND, 0);
+		if (!pfnmap_hog_wq) {
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	for (i = 0; i < hog.add; i++) {
+		h = kzalloc(sizeof(*h), GFP_KERNEL);
+		if (!h) {
+			ret = -ENOMEM;
+			break;
+		}
+		INIT_WORK(&h->work, pfnmap_hog_fn);
+		list_add(&h->node, &pfnmap_hogs);
+		queue_work(pfnmap_hog_wq, &h->work);
+		n++;
+	}
+	hog.queued = n;
+	hog.running = atomic_read(&pfnmap_hog_running);
+	if (!ret && copy_to_user(argp, &hog, sizeof(hog)))
+		ret = -EFAULT;
+out:
+	mutex_unlock(&pfnmap_hog_lock);
+	return ret;
+}
 
 static void pfnmap_buf_free(struct pfnmap_buf *b)
 {
@@ -361,6 +448,8 @@ static long pfnmap_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		pfnmap_win = win;
 		mutex_unlock(&pfnmap_lock);
 		return 0;
+	case PFNMAP_IOC_HOG:
+		return pfnmap_hog(argp);
 	}
 	return -ENOTTY;
 }
@@ -387,6 +476,11 @@ static int __init pfnmap_init(void)
 static void __exit pfnmap_exit(void)
 {
 	misc_deregister(&pfnmap_dev);
+	mutex_lock(&pfnmap_hog_lock);
+	pfnmap_hog_release();
+	mutex_unlock(&pfnmap_hog_lock);
+	if (pfnmap_hog_wq)
+		destroy_workqueue(pfnmap_hog_wq);
 	/* No file is open any more, so no mapping is left to zap. */
 	pfnmap_buf_free(pfnmap_cur);
 	pfnmap_buf_free(pfnmap_old);

@@ -95,4 +95,22 @@ struct pfnmap_window {
 #define PFNMAP_IOC_INFO		_IOR('P', 7, struct pfnmap_info)
 #define PFNMAP_IOC_WINDOW	_IOW('P', 8, struct pfnmap_window)
 
+/*
+ * Occupy workers of the kernel's default unbound worker pool (the pool of
+ * every WQ_UNBOUND work queue with default attributes, peermem's too):
+ * each hog is a work item on an unbound queue without a rescuer that
+ * sleeps until released, so it holds one worker. With the pool unable to
+ * make new workers (no free PID), a queued item then waits for a worker,
+ * and only a queue with a rescuer (WQ_MEM_RECLAIM) makes progress.
+ * Root only; at most PFNMAP_HOG_MAX hogs at a time.
+ */
+#define PFNMAP_HOG_MAX 256
+struct pfnmap_hog {
+	__u32 add;	/* in: hogs to queue now */
+	__u32 release;	/* in: 1: release every hog and wait until they are gone (first) */
+	__u32 running;	/* out: hogs sleeping in a worker */
+	__u32 queued;	/* out: hogs queued and not yet released */
+};
+#define PFNMAP_IOC_HOG		_IOWR('P', 9, struct pfnmap_hog)
+
 #endif /* PFNMAP_UAPI_H */

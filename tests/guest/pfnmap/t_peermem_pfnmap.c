@@ -25,10 +25,17 @@
  *  - each revocation is reported on /dev/peermem (revocation events) with
  *    its range and cause: driver (zap, realloc), unmap, protect; the
  *    child's at its exit goes to no one;
+ *  - munmap's revocation completes while the kernel cannot start a
+ *    worker thread (no free PID, every worker of the unbound pool busy):
+ *    the notifier waits for peermem's work item, which the work queue's
+ *    rescuer runs (WQ_MEM_RECLAIM); without one, munmap would wait for the
+ *    first free PID;
  *  - the source's counters move and come back to zero, the core's
  *    balance, nothing leaks.
  */
 #include "pfnmap_test.h"
+#include <pthread.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include "../../../include/uapi/peermem.h"
@@ -325,6 +332,157 @@ static void test_driver_change(int realloc)
 	if (!pf_idle())
 		pmc_diag("pfn", PMDBG_PFN);
 	munmap(p, LEN);
+}
+
+/*
+ * The blocking revocation when no worker thread can be made. munmap's
+ * notifier call waits for peermem's work item, holding the mmap lock; the
+ * work queue's rescuer must run it when the pool has no idle worker and
+ * cannot start one (memory pressure on a real machine; here: no free PID,
+ * pid_max at its minimum and its one free PID taken, and every worker of
+ * the default unbound pool held by the exporter's hogs). A watchdog thread
+ * gives the PIDs back after 20 s (times the slowdown) whatever happens, so
+ * a queue without a rescuer shows as a munmap that returned only then.
+ */
+static volatile int wd_done, wd_fired;
+static pthread_mutex_t wd_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wd_cond = PTHREAD_COND_INITIALIZER;
+static char pid_max_old[32];
+
+static int pid_max_set(const char *v)
+{
+	int fd = open("/proc/sys/kernel/pid_max", O_WRONLY);
+	int ok_ = fd >= 0 && write(fd, v, strlen(v)) == (ssize_t)strlen(v);
+
+	if (fd >= 0)
+		close(fd);
+	return ok_;
+}
+
+static void *watchdog(void *arg)
+{
+	struct timespec end;
+	int fired = 0;
+
+	(void)arg;
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += (time_t)slow_s(20);
+	pthread_mutex_lock(&wd_lock);
+	while (!wd_done && !fired)
+		fired = pthread_cond_timedwait(&wd_cond, &wd_lock, &end) == ETIMEDOUT;
+	pthread_mutex_unlock(&wd_lock);
+	if (fired) {
+		wd_fired = 1;
+		pid_max_set(pid_max_old);
+	}
+	return NULL;
+}
+
+/* Threads that hold PIDs (a thread takes one, as a process does) until released. */
+#define FILLERS_MAX 1024
+static pthread_t fillers[FILLERS_MAX];
+static int fill_done;
+
+static void *filler(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&wd_lock);
+	while (!fill_done)
+		pthread_cond_wait(&wd_cond, &wd_lock);
+	pthread_mutex_unlock(&wd_lock);
+	return NULL;
+}
+
+static int hog(uint32_t add, uint32_t release, struct pfnmap_hog *out)
+{
+	struct pfnmap_hog hg = { .add = add, .release = release };
+
+	if (ioctl(efd, PFNMAP_IOC_HOG, &hg))
+		return -errno;
+	if (out)
+		*out = hg;
+	return 0;
+}
+
+/* Every queued hog sleeps in a worker within about secs; *hg: the last state. */
+static int hogs_running(double secs, struct pfnmap_hog *hg)
+{
+	double end = now_s() + secs;
+
+	do {
+		if (hog(0, 0, hg))
+			return 0;
+		if (hg->running == hg->queued)
+			return 1;
+		usleep(20000);
+	} while (now_s() < end);
+	return 0;
+}
+
+static void test_rescuer(void)
+{
+	int nkids = 0, pool_full = 0, fd, rc;
+	pthread_attr_t small;
+	struct pfnmap_hog hg = { 0 };
+	pthread_t wd;
+	double t0, took;
+	struct snap s0;
+	struct ibv_mr *mr;
+	uint8_t *p;
+	ssize_t n;
+
+	fd = open("/proc/sys/kernel/pid_max", O_RDONLY);
+	n = fd < 0 ? -1 : read(fd, pid_max_old, sizeof(pid_max_old) - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		bail("cannot read /proc/sys/kernel/pid_max: %s", strerror(errno));
+	pid_max_old[n] = 0;
+	mr = filled_mr(0x7171, &p);
+	/* Workers in the pool for four hogs, while PIDs are still free. */
+	rc = hog(4, 0, NULL);
+	if (rc || !hogs_running(slow_s(10), &hg))
+		bail("the exporter's hogs did not start (%s; %u of %u running)", strerror(-rc),
+		     hg.running, hg.queued);
+	if (pthread_create(&wd, NULL, watchdog, NULL))
+		bail("pthread_create");
+	/* No free PID: pid_max at its minimum (301), every PID below it taken. */
+	if (!pid_max_set("301"))
+		bail("cannot write /proc/sys/kernel/pid_max: %s", strerror(errno));
+	pthread_attr_init(&small);
+	pthread_attr_setstacksize(&small, 64 << 10);
+	while (nkids < FILLERS_MAX && !pthread_create(&fillers[nkids], &small, filler, NULL))
+		nkids++;
+	pthread_attr_destroy(&small);
+	/* One more hog at a time until one waits: no idle worker, none can be made. */
+	for (int i = 0; i < 64 && !pool_full; i++) {
+		if (hog(1, 0, NULL))
+			break;
+		pool_full = !hogs_running(slow_s(1), &hg);
+	}
+	diag("rescuer: %d sleeping threads took the free PIDs; hogs %u queued, %u running", nkids,
+	     hg.queued, hg.running);
+	take(&s0);
+	t0 = now_s();
+	rc = munmap(p, LEN);
+	took = now_s() - t0;
+	ok(pool_full && !wd_fired && rc == 0 && revoked_now(&s0, "rescuer"),
+	   "munmap with no worker to be had (no free PID, the unbound pool's workers all busy): the revocation completed through the work queue's rescuer, %.1f s, before the PIDs came back (pool full %d, watchdog %d)",
+	   took, pool_full, wd_fired);
+	pid_max_set(pid_max_old);
+	pthread_mutex_lock(&wd_lock);
+	wd_done = fill_done = 1;
+	pthread_cond_broadcast(&wd_cond);
+	pthread_mutex_unlock(&wd_lock);
+	pthread_join(wd, NULL);
+	for (int i = 0; i < nkids; i++)
+		pthread_join(fillers[i], NULL);
+	rc = hog(0, 1, &hg);
+	ok(rc == 0 && hg.queued == 0 && hg.running == 0,
+	   "rescuer: PIDs back, every hog released (%s)", strerror(-rc));
+	ok(event_is("rescuer", p, LEN, PEERMEM_CAUSE_UNMAP) && ibv_dereg_mr(mr) == 0 && pf_idle() &&
+	   pm_balanced(),
+	   "rescuer: reported as unmap; ibv_dereg_mr; pfn counters idle, the core's balance");
 }
 
 static void test_munmap(void)
@@ -711,6 +869,8 @@ int main(void)
 		test_driver_change(1);
 	if (want("munmap"))
 		test_munmap();
+	if (want("rescuer"))
+		test_rescuer();
 	if (want("mprotect"))
 		test_mprotect();
 	if (want("clear_refs"))
