@@ -12,8 +12,18 @@
 #
 #   scripts/bench.sh [options] [ROUNDS]
 #
-#   --rounds N       rounds (default 10), of both programs; a bare number
+#   --rounds N       rounds (default 20), of both programs; a bare number
 #                    means the same
+#   --runs N         runs, each in a boot of its own (default 3; 1..10):
+#                    their samples pooled in one bench-results.json, the
+#                    pin-cost table's pm/nv also given run by run
+#   --nvpeermem V    the nvidia-peermem to compare with: 550 (default:
+#                    Debian's 550.163.01, its only mode, invalidating),
+#                    595 (595.45.04 from NVIDIA's repository, its default
+#                    mode, persistent) or 595-legacy (the same with
+#                    persistent_api_support=0, invalidating); 595 needs
+#                    its source imported (tests/nvpeermem/build.sh
+#                    --import-git). Recorded as nv_client
 #   --kernel K       plain (default: the rig kernel without KASAN, lockdep,
 #                    kmemleak, DMA-API debug) or debug (the test kernel)
 #   --kdir DIR       a built rig kernel tree instead of scripts/kernel.sh's
@@ -53,10 +63,16 @@
 #                    separated: latency, layers, free, munmap, events,
 #                    threads, memory, sg (e.g. latency,free for issue 22's
 #                    keeper, before and after); no bench_pfnmap, no PFN plot.
-#                    Two groups run only when named: pincost (reg+dereg
-#                    against gpusim's pin-cost model, BENCH_PIN_COSTS) and
-#                    scaling (against live registrations and open
-#                    /dev/peermem files, BENCH_SCALE_N)
+#                    pincost: reg+dereg at 64 KiB, 2 MiB, 64 MiB and the
+#                    large size under gpusim's pin-cost model, a first
+#                    registration of the range and the same range again
+#                    apart, and the pins each makes. The models:
+#                    BENCH_PIN_COSTS="CALL_US:PAGE_NS,..." (default
+#                    45:190,70:190, the published figures of NVIDIA's
+#                    pin, docs/benchmarks.md; 0:0 is free pins); recorded
+#                    as pin_costs. scaling runs only when named (against
+#                    live registrations and open /dev/peermem files,
+#                    BENCH_SCALE_N)
 #   --append ARGS    extra guest kernel command line (scripts/vm.sh
 #                    --append), for experiments; recorded in the results
 #   --skip-setup     do not run scripts/setup-host.sh
@@ -82,12 +98,14 @@ set -euo pipefail
 cd "$PEERMEM_ROOT"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-bad() { pm_usage_die "$*" 'scripts/bench.sh [--rounds N] [--kernel plain|debug] [--kdir DIR] [--large-mib N] [--pfn-mib N] [--mem SIZE] [--src DIR] [--out DIR] [--only GROUPS] [--append ARGS] [--profile SPEC] [--memory-detail] [--callgraph] [--skip-setup] (--help)'; }
-rounds=10 kernel=plain kdir= large_mib=512 pfn_mib=16 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile= memdetail=0 callgraph=0 only=
+bad() { pm_usage_die "$*" 'scripts/bench.sh [--rounds N] [--runs N] [--nvpeermem 550|595|595-legacy] [--kernel plain|debug] [--kdir DIR] [--large-mib N] [--pfn-mib N] [--mem SIZE] [--src DIR] [--out DIR] [--only GROUPS] [--append ARGS] [--profile SPEC] [--memory-detail] [--callgraph] [--skip-setup] (--help)'; }
+rounds=20 runs=3 nvpeermem=550 kernel=plain kdir= large_mib=512 pfn_mib=16 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile= memdetail=0 callgraph=0 only=
 need() { [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || bad "option $1 needs a value"; }
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) need "$@"; rounds=$2; shift 2 ;;
+	--runs) need "$@"; runs=$2; shift 2 ;;
+	--nvpeermem) need "$@"; nvpeermem=$2; shift 2 ;;
 	--kernel) need "$@"; kernel=$2; shift 2 ;;
 	--kdir) need "$@"; kdir=$2; shift 2 ;;
 	--large-mib) need "$@"; large_mib=$2; shift 2 ;;
@@ -107,6 +125,10 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] && [ "$rounds" -le 1000 ] || bad "--rounds wants 1..1000, got '$rounds'"
+[[ $runs =~ ^[0-9]+$ ]] && [ "$runs" -ge 1 ] && [ "$runs" -le 10 ] || bad "--runs wants 1..10, got '$runs'"
+case "$nvpeermem" in 550|595|595-legacy) ;; *) bad "--nvpeermem wants 550, 595 or 595-legacy, got '$nvpeermem'" ;; esac
+pin_costs=${BENCH_PIN_COSTS:-45:190,70:190}
+[[ $pin_costs =~ ^[0-9]+:[0-9]+(,[0-9]+:[0-9]+)*$ ]] || bad "BENCH_PIN_COSTS wants CALL_US:PAGE_NS,..., got '$pin_costs'"
 [[ $large_mib =~ ^[0-9]+$ ]] && [ "$large_mib" -ge 64 ] && [ $((large_mib % 2)) = 0 ] ||
 	bad "--large-mib wants an even number of MiB, at least 64, got '$large_mib'"
 [[ $pfn_mib =~ ^[0-9]+$ ]] && [ "$pfn_mib" -ge 1 ] && [ "$pfn_mib" -le 64 ] ||
@@ -154,6 +176,12 @@ fi
 	pm_die "no built kernel in '$kdir' (bzImage, Module.symvers); build it with scripts/kernel.sh --variant $kernel"
 kdir=$(cd "$kdir" && pwd -P)
 if grep -q '^CONFIG_KASAN=y' "$kdir/.config"; then kvariant=debug; else kvariant=plain; fi
+# nvidia-peermem's side takes gpusim's RM lock as peermem's does (NVIDIA's
+# driver takes it for every client) on the plain kernel; on the debug one
+# lockdep reports nvidia-peermem's mapping-lock/RM cycle, so not there.
+if [ -z "${BENCH_NV_RM_LOCK:-}" ]; then
+	if [ "$kvariant" = plain ]; then BENCH_NV_RM_LOCK=1; else BENCH_NV_RM_LOCK=0; fi
+fi
 [ "${BENCH_NV_RM_LOCK:-0}" != 1 ] || [ "$kvariant" = plain ] ||
 	pm_die "BENCH_NV_RM_LOCK=1 needs the plain kernel: on the debug one lockdep reports nvidia-peermem's mapping-lock/RM cycle"
 [ "$kvariant" = "$kernel" ] || pm_log "bench: note: --kdir $kdir is a $kvariant kernel (--kernel $kernel); recording it as $kvariant"
@@ -243,7 +271,14 @@ mods+=" TESTCLIENT_KO=$tree/tests/gpusim/testclient/gpusim_testclient.ko"
 [ -n "$calib" ] && BENCH_PM_KO=$calib/$BENCH_PM_CALIBRATION/peermem.ko
 pm_ko=${BENCH_PM_KO:-$tree/peermem.ko}
 [ -f "$pm_ko" ] || pm_die "BENCH_PM_KO=$pm_ko: no such file"
-mods+=" PEERMEM_KO=$pm_ko NVPEERMEM_KO=$tree/tests/nvpeermem/nvidia-peermem.ko"
+case "$nvpeermem" in
+550) nv_ko=$tree/tests/nvpeermem/nvidia-peermem.ko nv_args= nv_client="nvidia-peermem $(modinfo -F version "$nv_ko" 2>/dev/null || echo 550)" ;;
+595*) nv_ko=$tree/tests/nvpeermem/595/nvidia-peermem.ko
+	nv_client="nvidia-peermem $(modinfo -F version "$nv_ko" 2>/dev/null || echo 595)"
+	if [ "$nvpeermem" = 595 ]; then nv_args= nv_client+=" persistent"; else nv_args=persistent_api_support=0 nv_client+=" legacy"; fi
+	[ -f "$nv_ko" ] || pm_die "no $nv_ko: import 595's source first (tests/nvpeermem/build.sh --import-git DIR --tag 595.45.04, DIR a clone of NVIDIA's open-gpu-kernel-modules)" ;;
+esac
+mods+=" PEERMEM_KO=$pm_ko NVPEERMEM_KO=$nv_ko${nv_args:+ BENCH_NV_ARGS=$nv_args}"
 [ -n "${BENCH_PM_KO:-}" ] && mods+=" BENCH_PM_FOREIGN=1"
 
 # --- or a profile ----------------------------------------------------------
@@ -289,21 +324,18 @@ if [ "$memdetail" = 1 ]; then
 	exit 0
 fi
 
-# --- the run --------------------------------------------------------------
-raw=$work/guest-output.txt
+# --- the runs -------------------------------------------------------------
+raws=()
 vmlog=$work/vm.log
-pm_stage "bench: boot the rig ($kvariant kernel, $mem) and run $rounds rounds of each benchmark"
 t0=$(date +%s)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-# One boot, the two programs one after the other (bench_peermem unloads
-# the peer clients it loaded; bench_pfnmap loads peermem with pfnmap=1).
-cmd="$mods $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib * 1024 * 1024))"
+# One boot a run, the two programs one after the other (bench_peermem
+# unloads the peer clients it loaded; bench_pfnmap loads peermem with pfnmap=1).
+cmd="$mods BENCH_PIN_COSTS=$pin_costs $tree/tests/bench/bench_peermem --rounds $rounds --large $((large_mib * 1024 * 1024))"
 # BENCH_PM_RM_LOCK=0 in the environment: peermem's side runs with gpusim's
 # rm_lock=0, as nvidia-peermem's (a before/after comparison with a module
-# from before issue 22's keeper, whose free callback has the RM cycle).
+# from before the keeper, whose free callback has the RM cycle).
 [ "${BENCH_PM_RM_LOCK:-1}" = 0 ] && cmd="BENCH_PM_RM_LOCK=0 $cmd"
-# The pin-cost models and the scaling counts, if given (--only pincost, scaling).
-[ -n "${BENCH_PIN_COSTS:-}" ] && cmd="BENCH_PIN_COSTS=$BENCH_PIN_COSTS $cmd"
 # BENCH_NV_RM_LOCK=1: nvidia-peermem's side with gpusim's rm_lock=1 too (the
 # same conditions for both; plain kernel only: lockdep reports its cycle).
 [ "${BENCH_NV_RM_LOCK:-0}" = 1 ] && cmd="BENCH_NV_RM_LOCK=1 $cmd"
@@ -318,34 +350,42 @@ else
 	cmd+=" && $mods PFNMAP_KO=$tree/tests/pfnmap/pfnmap_exporter.ko"
 	cmd+=" $tree/tests/bench/bench_pfnmap --rounds $rounds --mib $pfn_mib"
 fi
-rc=0
-scripts/vm.sh "${vmargs[@]}" --cmd "$cmd" \
-	>"$raw" 2>"$vmlog" || rc=$?
-t1=$(date +%s)
-if [ "$rc" != 0 ]; then
-	grep -E '^(not ok|#)' "$raw" | tail -n 20 >&2
-	tail -n 30 "$vmlog" >&2
-	pm_die "the benchmark run failed (guest output: $raw; runner log: $vmlog)"
-fi
-grep '^# ' "$raw" | sed 's/^# /bench: /' >&2 || true
-want=(regdereg_s pfn_send_s)
-[ -z "$only" ] || want=()
-[[ ,$only, == *,latency,* ]] && want=(regdereg_s)
-for f in "${want[@]}"; do
-	grep -q "^sample $f " "$raw" || pm_die "the guest output has no $f samples (guest output: $raw)"
+for ((run = 1; run <= runs; run++)); do
+	raw=$work/guest-output.$run.txt
+	pm_stage "bench: run $run of $runs: boot the rig ($kvariant kernel, $mem) and run $rounds rounds of each benchmark"
+	rc=0
+	scripts/vm.sh "${vmargs[@]}" --cmd "$cmd" \
+		>"$raw" 2>"$vmlog" || rc=$?
+	if [ "$rc" != 0 ]; then
+		grep -E '^(not ok|#)' "$raw" | tail -n 20 >&2
+		tail -n 30 "$vmlog" >&2
+		pm_die "the benchmark run failed (guest output: $raw; runner log: $vmlog)"
+	fi
+	grep '^# ' "$raw" | sed 's/^# /bench: /' >&2 || true
+	want=(regdereg_s pincost_s pfn_send_s)
+	[ -z "$only" ] || want=()
+	[[ ,$only, == *,latency,* ]] && want+=(regdereg_s)
+	[[ ,$only, == *,pincost,* ]] && want+=(pincost_s pincost_miss_s)
+	for f in "${want[@]}"; do
+		grep -q "^sample $f " "$raw" || pm_die "the guest output has no $f samples (guest output: $raw)"
+	done
+	raws+=(--raw "$raw")
 done
+t1=$(date +%s)
 
 # --- the results ------------------------------------------------------------
 pm_stage "bench: results"
 py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3
 accel=$(sed -n 's/.*vm: booting .* (\([a-z]*\), .*/\1/p' "$vmlog" | head -n 1)
-"$py" tests/bench/report.py results --raw "$raw" --json "$out/bench-results.json" \
+"$py" tests/bench/report.py results "${raws[@]}" --json "$out/bench-results.json" \
 	--meta "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" --meta "commit=$commit" \
 	--meta "dirty_files=$dirty" --meta "src=$src" \
 	--meta "kernel_variant=$kvariant" --meta "kernel_tree=$(basename "$kdir")" \
 	--meta "kernel_release=$(cat "$kdir/include/config/kernel.release")" \
 	--meta "accel=${accel:-unknown}" --meta "guest_mem=$mem" --meta "rounds=$rounds" \
+	--meta "nv_client=$nv_client" --meta "nv_args=$nv_args" --meta "pin_costs=$pin_costs" \
+	--meta "pin_cost_model=gpusim pin_call_us + pin_page_ns per 64 KiB GPU page, per pin call, each of $pin_costs (us:ns)" \
 	--meta "guest_append=${append# }" --meta "guest_smp=${BENCH_SMP:-2}" --meta "pfn_mib=$pfn_mib" --meta "only=${only:-all}" --meta "pm_rm_lock=${BENCH_PM_RM_LOCK:-1}" --meta "nv_rm_lock=${BENCH_NV_RM_LOCK:-0}" --meta "warm=${BENCH_WARM:-0}" --meta "pm_args=${BENCH_PM_ARGS:-}" --meta "pm_ko=${BENCH_PM_KO:-}" \
 	--meta "qemu=$(qemu-system-x86_64 --version | head -n 1)" \
 	--meta "host_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
@@ -360,7 +400,7 @@ if "$py" -c 'import matplotlib' 2>/dev/null; then
 		"$py" tests/bench/report.py plot "$out/bench-results.json" "$out/bench-latency.png" ||
 			pm_die "the plot failed"
 	fi
-	if [[ ,$only, == *,pincost,* ]]; then
+	if [ -z "$only" ] || [[ ,$only, == *,pincost,* ]]; then
 		"$py" tests/bench/report.py pincost "$out/bench-results.json" --markdown > "$out/pincost-table.md" &&
 			"$py" tests/bench/report.py plot-pincost "$out/bench-results.json" "$out/bench-pincost.png" ||
 			pm_die "the pin-cost table or plot failed"

@@ -39,7 +39,7 @@ trap 'rm -f "$script"' EXIT
 	done
 } > "$script"
 chmod +x "$script"
-"$root/scripts/vm.sh" --mem 4G --cmd "$script" | tee /dev/stderr | grep -E '^(bar1|pins) ' > "$out.tmp" || true
+"$root/scripts/vm.sh" --mem 4G --test-timeout 1800 --cmd "$script" | tee /dev/stderr | grep -E '^(bar1|pins) ' > "$out.tmp" || true
 [ -s "$out.tmp" ] || { rm -f "$out.tmp"; echo "bar1-capacity.sh: no result (see the VM output above)" >&2; exit 1; }
 {
 	echo "# bench_bar1 $(date -u +%F) on $(git -C "$root" rev-parse --short HEAD): label bar1_mib one_mr_mib N small_mrs N (2 MiB MRs at once); BAR1 dynamic"

@@ -35,8 +35,9 @@
  *                 [--only GROUPS]
  *
  * --only GROUPS: only these figure groups, comma-separated: latency,
- * layers, free, munmap, events, threads, memory, sg (e.g. latency,free:
- * what issue 22's keeper changes, in a fraction of the time).
+ * pincost, layers, free, munmap, events, threads, memory, sg (e.g.
+ * latency,free: what the keeper changes, in a fraction of the time);
+ * scaling runs only when named.
  *
  * --memory-detail: only the kernel memory figures, each also broken down by
  * counter (slab cache, /proc/meminfo, /proc/vmstat) in "memdetail" lines
@@ -44,7 +45,10 @@
  *
  * Environment: PEERMEM_DMA_DEVICE (the rig's DMA device, exported by the
  * guest's init; required), GPUSIM_KO, TESTCLIENT_KO, PEERMEM_KO,
- * NVPEERMEM_KO (default: the builds in $PEERMEM_ROOT).
+ * NVPEERMEM_KO (default: the builds in $PEERMEM_ROOT; NVPEERMEM_KO may be
+ * 595's, tests/nvpeermem/595/), BENCH_NV_ARGS (nvidia-peermem's module
+ * parameters, e.g. persistent_api_support=0 for 595's invalidating mode),
+ * BENCH_PIN_COSTS (the pin-cost models, fig_pincost).
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -242,7 +246,9 @@ static void use_side(int s)
 	/* BENCH_PM_ARGS: peermem's module parameters (a measurement, issue 26). */
 	if (!loaded(side_mod[s]))
 		insmod(side_env[s], side_def[s],
-		       s == S_PM && getenv("BENCH_PM_ARGS") ? getenv("BENCH_PM_ARGS") : "");
+		       s == S_PM && getenv("BENCH_PM_ARGS")   ? getenv("BENCH_PM_ARGS")
+		       : s == S_NV && getenv("BENCH_NV_ARGS") ? getenv("BENCH_NV_ARGS")
+							      : "");
 }
 
 /* ---- one registration, whichever side --------------------------------- */
@@ -327,46 +333,84 @@ static int write_poll(struct ibv_mr *lmr, void *laddr, uint32_t len, uint64_t ra
 /* ---- figures ------------------------------------------------------------ */
 
 /*
- * The pin-cost model (--only pincost, never by default): reg+dereg at 64
- * KiB, 2 MiB and 64 MiB with gpusim's pin_call_us/pin_page_ns set to each
- * model of BENCH_PIN_COSTS ("CALL_US:PAGE_NS,...", default below: none,
- * 45 us + 190 ns/page and 70 us + 190 ns/page as gdrcopy's pin benchmarks
- * measured NVIDIA's pin, 1 ms + 190 ns/page for the GPUDirect RDMA guide's
- * "up to milliseconds"; docs/benchmarks.md, "The pin-cost model").
- * Sample "pincost_s", param "SIZE@CALL_US+PAGE_NS".
+ * The pin-cost model (by default): reg+dereg at 64 KiB, 2 MiB, 64 MiB and
+ * the large size with gpusim's pin_call_us/pin_page_ns set to each model of
+ * BENCH_PIN_COSTS ("CALL_US:PAGE_NS,...", default 45 us and 70 us per call
+ * plus 190 ns per 64 KiB page: gdrcopy's pin benchmarks of NVIDIA's pin;
+ * 0:0 is free pins, 1000:190 the GPUDirect RDMA guide's "up to
+ * milliseconds"; docs/benchmarks.md, "The pin-cost model"). Each size twice:
+ *  - miss: a range the client has not registered before (peermem's
+ *    watch-pin cache given back first, watch_cache_flush, untimed: the
+ *    state of a first registration of the range; the other sides keep
+ *    nothing between registrations);
+ *  - hit: the same range again right after (peermem's parked watch pin
+ *    taken back).
+ * Samples "pincost_miss_s" and "pincost_s" (the hit), param
+ * "SIZE@CALL_US+PAGE_NS"; and per registration, summed over every pin
+ * (nvidia_p2p_get_pages and _persistent): "pins_miss_calls",
+ * "pins_miss_pages", "pins_hit_calls", "pins_hit_pages", param SIZE (the
+ * first model's; the counts do not depend on the model).
  */
+static void pincost_one(int s, int round, size_t len, int miss, int reps, const char *param,
+			int count)
+{
+	long long c0 = gs("calls/get_pages") + gs("calls/get_pages_persistent");
+	long long p0 = gs("pages_pinned"), c1, p1;
+	char ps[24], fig[32];
+
+	for (int k = 0; k < reps; k++) {
+		struct reg r;
+		double t0;
+
+		/* A put pins nothing: the pin counters stay (pins made, not held). */
+		if (miss && s == S_PM)
+			pm_flush();
+		t0 = now_s();
+		reg_or_bail(s, gbig.p, len, &r);
+		dereg_or_bail(s, &r);
+		sample(miss ? "pincost_miss_s" : "pincost_s", param, s, round, now_s() - t0);
+	}
+	if (!count)
+		return;
+	c1 = gs("calls/get_pages") + gs("calls/get_pages_persistent");
+	p1 = gs("pages_pinned");
+	size_str(len, ps, sizeof(ps));
+	snprintf(fig, sizeof(fig), "pins_%s_calls", miss ? "miss" : "hit");
+	sample(fig, ps, s, round, (double)(c1 - c0) / reps);
+	snprintf(fig, sizeof(fig), "pins_%s_pages", miss ? "miss" : "hit");
+	sample(fig, ps, s, round, (double)(p1 - p0) / reps);
+}
+
 static void fig_pincost(int s, int round)
 {
-	const char *models = getenv("BENCH_PIN_COSTS") ?: "0:0,45:190,70:190,1000:190";
-	size_t sizes[] = { 64 * 1024, 2 * MIB, 64 * MIB };
+	const char *models = getenv("BENCH_PIN_COSTS") ?: "45:190,70:190";
+	size_t sizes[] = { 64 * 1024, 2 * MIB, 64 * MIB, large };
+	/* The smoke: one model, the two small sizes (CI's time). */
+	int nsz = smoke ? 2 : 4, first = 1;
 	char buf[256], *save = NULL, ps[24], param[64], v[24];
 
 	snprintf(buf, sizeof(buf), "%s", models);
-	for (char *m = strtok_r(buf, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+	for (char *m = strtok_r(buf, ",", &save); m; m = strtok_r(NULL, ",", &save), first = 0) {
 		unsigned long call_us, page_ns;
 
 		if (sscanf(m, "%lu:%lu", &call_us, &page_ns) != 2 || call_us > 1000000 || page_ns > 1000000)
 			bail("BENCH_PIN_COSTS: '%s' is not CALL_US:PAGE_NS (each 0..1000000)", m);
+		if (smoke && !first)
+			break;
 		snprintf(v, sizeof(v), "%lu", call_us);
 		if (gs_knob("pin_call_us", v))
 			bail("cannot set gpusim's pin_call_us (a gpusim without the pin-cost model?)");
 		snprintf(v, sizeof(v), "%lu", page_ns);
 		if (gs_knob("pin_page_ns", v))
 			bail("cannot set gpusim's pin_page_ns");
-		for (int i = 0; i < 3; i++) {
+		for (int i = 0; i < nsz; i++) {
 			size_t len = sizes[i];
-			int reps = smoke ? 1 : len <= 2 * MIB ? 4 : 1;
+			int reps = smoke ? 1 : len <= 2 * MIB ? 4 : len <= 64 * MIB ? 2 : 1;
 
 			size_str(len, ps, sizeof(ps));
 			snprintf(param, sizeof(param), "%s@%lu+%lu", ps, call_us, page_ns);
-			for (int k = 0; k < reps; k++) {
-				struct reg r;
-				double t0 = now_s();
-
-				reg_or_bail(s, gbig.p, len, &r);
-				dereg_or_bail(s, &r);
-				sample("pincost_s", param, s, round, now_s() - t0);
-			}
+			pincost_one(s, round, len, 1, reps, param, first);
+			pincost_one(s, round, len, 0, reps, param, first);
 		}
 	}
 	gs_knob("pin_call_us", "0");
@@ -1209,7 +1253,7 @@ static void run_side(int s, int round)
 		goto memory;
 	if (want("latency"))
 		fig_latency(s, round);
-	if (named("pincost"))
+	if (want("pincost"))
 		fig_pincost(s, round);
 	if (named("scaling"))
 		fig_scaling(s, round);
@@ -1782,7 +1826,8 @@ int main(int argc, char **argv)
 			"reg_s", "dereg_s", "regdereg_s", "gpu_pins_per_reg",
 			"gpu_all_pins_per_reg", "gpu_pages_pinned_per_reg", "free_revoke_s",
 			"free_unpinned_s", "thr2_over_thr1",
-			"kmem_per_reg_bytes", "sg_entries_per_gib",
+			"kmem_per_reg_bytes", "sg_entries_per_gib", "pincost_miss_s",
+			"pincost_s", "pins_miss_pages", "pins_hit_pages",
 		};
 
 		for (size_t f = 0; f < sizeof(figs) / sizeof(figs[0]); f++)

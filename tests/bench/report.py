@@ -4,7 +4,8 @@
 the two programs one after the other) into bench-results.json, tables and
 plots.
 
-    report.py results --raw GUEST_OUTPUT --json OUT.json [--meta KEY=VALUE]...
+    report.py results --raw GUEST_OUTPUT [--raw ...] --json OUT.json [--meta KEY=VALUE]...
+                                         (several --raw: runs of the same benchmark, pooled)
     report.py table JSON                 the tables of one run (stdout)
     report.py plot JSON PNG              latency vs size, log-log (matplotlib)
     report.py plot-pfn JSON PNG          bench_pfnmap's times, per part (matplotlib)
@@ -18,7 +19,8 @@ plots.
     report.py plot-bar1 TXT PNG          the capacity, plotted (matplotlib)
     report.py memdetail GUEST_OUTPUT     bench_peermem --memory-detail's breakdown
                                          of the memory figures by counter (Markdown)
-    report.py pincost JSON               the pin-cost model's table (--only pincost)
+    report.py pincost JSON               the pin-cost figures: reg+dereg under each model, first
+                                         registration (miss) and again (hit), pins, goals
     report.py plot-pincost JSON PNG      the same, plotted (matplotlib)
     report.py scaling JSON               the scaling figures' table (--only scaling)
     report.py plot-scaling JSON PNG      the same, plotted (matplotlib)
@@ -98,6 +100,9 @@ PFN_ROWS = [
     ("pfn_stage_write_s", "staged", "  of which the RDMA WRITE from the staging buffer",
      "staged: the WRITE"),
 ]
+
+
+RUN_ROUNDS = 100000  # round numbers of run k start at k * RUN_ROUNDS
 
 
 def pct(v, q):
@@ -248,7 +253,42 @@ def goals(doc):
             sg[w] = max(rs, key=lambda x: abs(x - 1.0)) if rs else e["median"] / runs["median"]
     add("scatter entries = the bus-contiguous runs the source hands out (peermem entries / runs, worst round)",
         sg, 1.0, "==")
+    g += pin_goals(doc)
     return g
+
+
+def pin_goals(doc):
+    """The pin-cost figures' goals (fig_pincost): against the run's
+    nvidia-peermem (its version and mode in nv_client), a first
+    registration of a range (miss) and the same range again (hit) apart."""
+    summ = doc["summary"]
+    if not any(k.startswith("pincost_") for k in summ):
+        return []
+    nv = doc.get("nv_client") or "nvidia-peermem"
+    pages, calls, time = {}, {}, {}
+    for kind in ("miss", "hit"):
+        for p in sizes(doc):
+            c = ratio(summ, "pins_%s_calls/%s" % (kind, p), "peermem", "nvidia-peermem")
+            if c is not None:
+                calls["%s %s" % (kind, p)] = c
+            if size_bytes(p) >= 2 << 20:
+                pages["%s %s" % (kind, p)] = ratio(summ, "pins_%s_pages/%s" % (kind, p),
+                                                   "peermem", "nvidia-peermem")
+    for size, call, page, prm in pincost_params(doc):
+        for kind, fig in (("miss", "pincost_miss_s"), ("hit", "pincost_s")):
+            time["%s %s@%dus" % (kind, size, call)] = ratio(summ, "%s/%s" % (fig, prm),
+                                                            "peermem", "nvidia-peermem")
+    out = []
+    for name, vals, target in (
+            ("GPU pages pinned per registration (all pins) <= 0.55x %s's at 2 MiB and up, "
+             "first registration of a range (miss) and the same range again (hit)" % nv, pages, 0.55),
+            ("pin calls per registration <= %s's (miss and hit)" % nv, calls, 1.0),
+            ("reg+dereg <= 1.0x %s at every size under each pin-cost model (miss and hit)" % nv,
+             time, 1.0)):
+        v = {k: x for k, x in vals.items() if x is not None}
+        out.append({"goal": name, "target": "<= %s" % target, "values": v,
+                    "met": bool(v) and all(x <= target for x in v.values()), "note": ""})
+    return out
 
 
 def pfn_param(doc):
@@ -418,12 +458,12 @@ def goals_text(doc, markdown=False):
 
 
 def cmd_results(argv):
-    raw = out = None
+    raws, out = [], None
     meta = {}
     i = 0
     while i < len(argv):
         if argv[i] == "--raw":
-            raw = argv[i + 1]
+            raws.append(argv[i + 1])
             i += 2
         elif argv[i] == "--json":
             out = argv[i + 1]
@@ -435,19 +475,25 @@ def cmd_results(argv):
         else:
             sys.exit("report.py results: unknown argument %s" % argv[i])
     samples, guest, facts = [], {}, []
-    with open(raw) as f:
-        for line in f:
-            w = line.split()
-            if len(w) == 6 and w[0] == "sample":
-                samples.append({"figure": w[1], "param": w[2], "side": w[3], "round": int(w[4]),
-                                "value": float(w[5])})
-            elif len(w) >= 2 and w[0] == "info":
-                if w[1] == "munmap_revoke":
-                    facts.append("munmap -> revoked, %s: %s" % (w[2], " ".join(w[3:])))
-                else:
-                    guest[w[1]] = " ".join(w[2:])
+    # Several --raw: runs of the same benchmark (separate boots); a sample
+    # keeps its run, and its round is numbered apart from the other runs'
+    # (RUN_ROUNDS apart), so per-round ratios never mix two runs.
+    for run, raw in enumerate(raws):
+        with open(raw) as f:
+            for line in f:
+                w = line.split()
+                if len(w) == 6 and w[0] == "sample":
+                    samples.append({"figure": w[1], "param": w[2], "side": w[3],
+                                    "round": run * RUN_ROUNDS + int(w[4]), "run": run,
+                                    "value": float(w[5])})
+                elif len(w) >= 2 and w[0] == "info":
+                    if w[1] == "munmap_revoke":
+                        facts.append("munmap -> revoked, %s: %s" % (w[2], " ".join(w[3:])))
+                    else:
+                        guest[w[1]] = " ".join(w[2:])
     if not samples:
-        sys.exit("report.py: no samples in %s" % raw)
+        sys.exit("report.py: no samples in %s" % " ".join(raws))
+    meta["runs"] = str(len(raws))
     doc = {"schema": 1, "what": "scripts/bench.sh: peermem vs nvidia-peermem vs the floor; "
            "PFN-mapped memory direct vs staged (docs/benchmarks.md)"}
     doc.update(meta)
@@ -755,24 +801,76 @@ def pincost_params(doc):
     return sorted(seen.values(), key=lambda t: (t[1], t[2], size_bytes(t[0])))
 
 
+def run_ratios(doc, fig, p, a="peermem", b="nvidia-peermem"):
+    """a/b of the medians in each run (several --raw), in run order."""
+    by = {}
+    for smp in doc["samples"]:
+        if smp["figure"] == fig and smp["param"] == p:
+            by.setdefault(smp.get("run", 0), {}).setdefault(smp["side"], []).append(smp["value"])
+    return [pct(v[a], 0.5) / pct(v[b], 0.5) for _, v in sorted(by.items())
+            if v.get(a) and v.get(b) and pct(v[b], 0.5)]
+
+
+def pin_share(summ, kind, size, call, page):
+    """The modelled cost of peermem's pins over its measured reg+dereg."""
+    calls = (summ.get("pins_%s_calls/%s" % (kind, size), {}).get("peermem") or {}).get("median")
+    pages = (summ.get("pins_%s_pages/%s" % (kind, size), {}).get("peermem") or {}).get("median")
+    fig = "pincost_miss_s" if kind == "miss" else "pincost_s"
+    t = (summ.get("%s/%s@%d+%d" % (fig, size, call, page), {}).get("peermem") or {}).get("median")
+    if calls is None or pages is None or not t:
+        return None
+    return (calls * call * 1e-6 + pages * page * 1e-9) / t
+
+
 def cmd_pincost(path, markdown=False):
     with open(path) as f:
         doc = json.load(f)
     summ = doc["summary"]
-    head = ["pin cost model (per pin)", "size", "peermem", "nvidia-peermem", "floor",
-            "pm/nv", "pm/nv per round (p25-p75)", "pm/floor", "nv/floor"]
+    nv = doc.get("nv_client") or "nvidia-peermem"
+    head = ["pin cost (per call + per 64 KiB page)", "size", "registration", "peermem", nv, "floor",
+            "pm/nv", "pm/nv per round (p25-p75)", "pm/nv per run", "pins' share of pm"]
     lines = []
     for size, call, page, p in pincost_params(doc):
-        e = summ.get("pincost_s/" + p, {})
-        rr = round_ratio(doc, "pincost_s", p)
-        lines.append(["%d us + %d ns/page" % (call, page), size_label(size),
-                      cell(e.get("peermem"), "s"), cell(e.get("nvidia-peermem"), "s"),
-                      cell(e.get("floor"), "s"),
-                      rfmt(ratio(summ, "pincost_s/" + p, "peermem", "nvidia-peermem")),
-                      "-" if rr[0] is None else "%.2f (%.2f-%.2f)" % rr,
-                      rfmt(ratio(summ, "pincost_s/" + p, "peermem", "floor")),
-                      rfmt(ratio(summ, "pincost_s/" + p, "nvidia-peermem", "floor"))])
-    return grid(head, lines, markdown)
+        for kind, fig in (("miss", "pincost_miss_s"), ("hit", "pincost_s")):
+            e = summ.get("%s/%s" % (fig, p), {})
+            if not e:
+                continue
+            rr = round_ratio(doc, fig, p)
+            runs = run_ratios(doc, fig, p)
+            share = pin_share(summ, kind, size, call, page)
+            lines.append(["%d us + %d ns" % (call, page), size_label(size),
+                          "first (miss)" if kind == "miss" else "again (hit)",
+                          cell(e.get("peermem"), "s"), cell(e.get("nvidia-peermem"), "s"),
+                          cell(e.get("floor"), "s"),
+                          rfmt(ratio(summ, "%s/%s" % (fig, p), "peermem", "nvidia-peermem")),
+                          "-" if rr[0] is None else "%.2f (%.2f-%.2f)" % rr,
+                          " ".join("%.2f" % r for r in runs) or "-",
+                          "-" if share is None else "%.0f%%" % (100 * share)])
+    out = grid(head, lines, markdown)
+    head = ["size", "registration", "pin calls pm", "pin calls nv", "pm/nv",
+            "GPU pages pinned pm", "GPU pages pinned nv", "pm/nv"]
+    lines = []
+    for p in sizes(doc):
+        for kind in ("miss", "hit"):
+            c = summ.get("pins_%s_calls/%s" % (kind, p), {})
+            g = summ.get("pins_%s_pages/%s" % (kind, p), {})
+            if not c:
+                continue
+            lines.append([size_label(p), "first (miss)" if kind == "miss" else "again (hit)",
+                          cell(c.get("peermem"), ""), cell(c.get("nvidia-peermem"), ""),
+                          rfmt(ratio(summ, "pins_%s_calls/%s" % (kind, p), "peermem", "nvidia-peermem")),
+                          cell(g.get("peermem"), ""), cell(g.get("nvidia-peermem"), ""),
+                          rfmt(ratio(summ, "pins_%s_pages/%s" % (kind, p), "peermem", "nvidia-peermem"))])
+    if lines:
+        out += [""] + grid(head, lines, markdown)
+    goals_ = pin_goals(doc)
+    if goals_:
+        out.append("")
+        for g in goals_:
+            vals = ", ".join("%s %.2f" % (k, v) for k, v in g["values"].items()) or "not measured"
+            out.append(("- **%s**: %s (%s)" if markdown else "goal %s: %s (%s)")
+                       % ("met" if g["met"] else "MISSED", g["goal"], vals))
+    return out
 
 
 def cmd_plot_pincost(path, png):
@@ -783,24 +881,27 @@ def cmd_plot_pincost(path, png):
         doc = json.load(f)
     summ = doc["summary"]
     params = pincost_params(doc)
+    nv = doc.get("nv_client") or "nvidia-peermem"
     sizes_ = sorted({t[0] for t in params}, key=size_bytes)
     models = sorted({(t[1], t[2]) for t in params})
     fig, axes = plt.subplots(1, len(sizes_), figsize=(4.2 * len(sizes_), 4.2))
     if len(sizes_) == 1:
         axes = [axes]
     for ax, size in zip(axes, sizes_):
-        for side, mk in zip(SIDES, ("o-", "s--", "^:")):
-            xs, ys, lo, hi = [], [], [], []
-            for call, page in models:
-                e = (summ.get("pincost_s/%s@%d+%d" % (size, call, page)) or {}).get(side)
-                if not e:
-                    continue
-                xs.append(call)
-                ys.append(e["median"] * 1e3)
-                lo.append((e["median"] - e["p25"]) * 1e3)
-                hi.append((e["p75"] - e["median"]) * 1e3)
-            if xs:
-                ax.errorbar(xs, ys, yerr=[lo, hi], fmt=mk, capsize=3, label=side)
+        for side, mk, col in zip(SIDES, ("o", "s", "^"), ("C0", "C1", "C2")):
+            for fig_, ls, what in (("pincost_miss_s", "--", "first"), ("pincost_s", "-", "again")):
+                xs, ys, lo, hi = [], [], [], []
+                for call, page in models:
+                    e = (summ.get("%s/%s@%d+%d" % (fig_, size, call, page)) or {}).get(side)
+                    if not e:
+                        continue
+                    xs.append(call)
+                    ys.append(e["median"] * 1e3)
+                    lo.append((e["median"] - e["p25"]) * 1e3)
+                    hi.append((e["p75"] - e["median"]) * 1e3)
+                if xs:
+                    ax.errorbar(xs, ys, yerr=[lo, hi], fmt=mk + ls, color=col, capsize=3,
+                                label="%s, %s" % (side if side != "nvidia-peermem" else nv, what))
         ax.set_title("reg+dereg %s" % size_label(size))
         ax.set_xlabel("pin cost per call, us (+ ns/page as in the table)")
         ax.set_ylabel("ms (median, p25-p75)")
