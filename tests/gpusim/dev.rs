@@ -18,7 +18,7 @@ use crate::knobs::{self, *};
 use crate::state::{self, Alloc};
 use core::mem::{size_of, ManuallyDrop};
 use kernel::bindings;
-use kernel::ffi::c_void;
+use kernel::ffi::{c_int, c_void};
 use kernel::fs::File;
 use kernel::ioctl::{_IOW, _IOWR};
 use kernel::miscdevice::{MiscDevice, MiscDeviceRegistration};
@@ -108,32 +108,8 @@ impl MiscDevice for GpuSimFile {
         let handle = unsafe { (*raw).vm_pgoff } as u64;
         let (start, end) = (vma.start(), vma.end());
         let alloc = state::mmap_claim(me.id, handle, raw as usize, start, end - start)?;
-        vma.set_dontcopy();
-        let private = Arc::into_raw(alloc.clone()).cast_mut().cast::<c_void>();
-        // SAFETY: `raw` is being mmap()ed; `private` holds a reference that
-        // the vma's close callback (`gpusim_rs_vma_close`) releases.
-        let r = unsafe {
-            glue::vma_install(
-                raw,
-                private,
-                &alloc.chunk_phys,
-                alloc.chunk_bytes,
-                alloc.size,
-            )
-        };
-        match r {
-            Ok(()) => {
-                LIVE_VMAS.add(1, Relaxed);
-                Ok(())
-            }
-            Err(e) => {
-                // SAFETY: Installing failed, so the vma did not take the
-                // reference: take it back.
-                drop(unsafe { Arc::from_raw(private.cast::<Alloc>()) });
-                state::mmap_unclaim(&alloc, raw as usize);
-                Err(e)
-            }
-        }
+        // SAFETY: `raw` is the vma under construction of this mmap call.
+        unsafe { install(&alloc, raw) }
     }
 
     fn ioctl(me: &GpuSimFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
@@ -201,6 +177,96 @@ impl GpuSimFile {
             return Err(e);
         }
         Ok(0)
+    }
+}
+
+/// Installs claimed allocation `alloc` into `raw`, the vma it was claimed
+/// for.
+///
+/// # Safety
+///
+/// `raw` must be the vma under construction of the running mmap call.
+unsafe fn install(alloc: &Arc<Alloc>, raw: *mut bindings::vm_area_struct) -> Result {
+    let private = Arc::into_raw(alloc.clone()).cast_mut().cast::<c_void>();
+    // SAFETY: `raw` is being mmap()ed (the caller's contract); `private`
+    // holds a reference that the vma's close callback
+    // (`gpusim_rs_vma_close`) releases.
+    let r = unsafe {
+        glue::vma_install(
+            raw,
+            private,
+            &alloc.chunk_phys,
+            alloc.chunk_bytes,
+            alloc.size,
+        )
+    };
+    match r {
+        Ok(()) => {
+            LIVE_VMAS.add(1, Relaxed);
+            Ok(())
+        }
+        Err(e) => {
+            // SAFETY: Installing failed, so the vma did not take the
+            // reference: take it back.
+            drop(unsafe { Arc::from_raw(private.cast::<Alloc>()) });
+            state::mmap_unclaim(alloc, raw as usize);
+            Err(e)
+        }
+    }
+}
+
+/// The file ids of `/dev/gpusim_mmap`'s files have this bit.
+pub(crate) const MMAPDEV_FILE: u64 = 1 << 62;
+
+/// `/dev/gpusim_mmap` was opened: its file id.
+#[no_mangle]
+extern "C" fn gpusim_rs_mmapdev_open() -> u64 {
+    NEXT_FILE_ID.fetch_add(1, Relaxed) | MMAPDEV_FILE
+}
+
+/// A file of `/dev/gpusim_mmap` is being released: its memory is freed, as
+/// `/dev/gpusim`'s.
+#[no_mangle]
+extern "C" fn gpusim_rs_mmapdev_release(id: u64) {
+    state::release_file(id);
+}
+
+/// An mmap of `/dev/gpusim_mmap`: allocates the mapping's length of
+/// emulated GPU memory (a multiple of 64 KiB, at offset 0, at the 64 KiB
+/// aligned address the device's `get_unmapped_area` chose) and maps it, as
+/// `GPUSIM_IOC_ALLOC` does. An allocation whose mapping failed stays, not
+/// mapped, until the file is released.
+///
+/// # Safety
+///
+/// `vma` must be the vma under construction of the running mmap call of
+/// the file `id` was given to.
+#[no_mangle]
+unsafe extern "C" fn gpusim_rs_mmapdev_mmap(id: u64, vma: *mut bindings::vm_area_struct) -> c_int {
+    // SAFETY: `vma` is undergoing its initial setup for this whole call
+    // (the caller's contract).
+    let v = unsafe { VmaNew::from_raw(vma) };
+    // SAFETY: As above: `vma` is valid.
+    let pgoff = unsafe { (*vma).vm_pgoff };
+    let (start, len) = (v.start(), v.end() - v.start());
+    let r = (|| {
+        if let Err(e) = E_ALLOC.enter() {
+            return Err(Error::from_errno(e));
+        }
+        if pgoff != 0 || start as u64 % GPU_PAGE != 0 || len as u64 % GPU_PAGE != 0 {
+            return Err(EINVAL);
+        }
+        if len as u64 > MAX_ALLOC_BYTES.load(Relaxed) {
+            return Err(ENOMEM);
+        }
+        let (handle, _) = state::alloc(id, len)?;
+        let alloc = state::mmap_claim(id, handle, vma as usize, start, len)?;
+        // SAFETY: `vma` is the vma under construction (the caller's contract).
+        unsafe { install(&alloc, vma) }
+    })();
+    match r {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
     }
 }
 

@@ -36,6 +36,32 @@ extern "C" {
     fn gpusim_mm_put(mm: *mut bindings::mm_struct);
     fn gpusim_current_mm_id() -> usize;
     fn gpusim_current_tgid() -> c_int;
+    fn gpusim_mmapdev_register() -> c_int;
+    fn gpusim_mmapdev_deregister();
+}
+
+/// `/dev/gpusim_mmap` (`gpusim_glue.c`), registered while this lives.
+///
+/// # Invariants
+///
+/// The device is registered.
+pub(crate) struct MmapDev(());
+
+impl MmapDev {
+    /// Registers the device.
+    pub(crate) fn register() -> Result<Self> {
+        // SAFETY: FFI call without preconditions; the device is static.
+        kernel::error::to_result(unsafe { gpusim_mmapdev_register() })?;
+        // INVARIANT: registered just now.
+        Ok(Self(()))
+    }
+}
+
+impl Drop for MmapDev {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant the device is registered.
+        unsafe { gpusim_mmapdev_deregister() };
+    }
 }
 
 /// The calling process as NVIDIA's driver identifies it (`current->tgid`).

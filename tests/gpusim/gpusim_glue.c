@@ -12,6 +12,9 @@
  *   remap_pfn_range() that installs it;
  * - mapping an allocation into the caller's address space at a 64 KiB
  *   aligned address;
+ * - /dev/gpusim_mmap, whose file operations forward to Rust (dev.rs) but
+ *   for the 64 KiB aligned address of an mmap, which the kernel crate's
+ *   misc device cannot choose;
  * - the static-inline DMA and page helpers.
  *
  * Everything here is small and stateless; the state lives in Rust.
@@ -19,7 +22,9 @@
 #include <linux/build_bug.h>
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
+#include <linux/fs.h>
 #include <linux/gfp.h>
+#include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/sched/mm.h>
 #include <linux/mman.h>
@@ -212,6 +217,69 @@ unsigned long gpusim_map_user(struct file *file, unsigned long hint,
 	if (resv + resv_len > addr + size)
 		vm_munmap(addr + size, resv + resv_len - (addr + size));
 	return addr;
+}
+
+/*
+ * ---- /dev/gpusim_mmap: each mmap() of it allocates emulated GPU memory of
+ * the mapping's length (dev.rs, `gpusim_rs_mmapdev_mmap`), for programs
+ * that can only map a file (perftest's --mmap). Its file id lives in
+ * private_data.
+ */
+static int gpusim_mmapdev_open(struct inode *inode, struct file *file)
+{
+	file->private_data = (void *)(uintptr_t)gpusim_rs_mmapdev_open();
+	return 0;
+}
+
+static int gpusim_mmapdev_release(struct inode *inode, struct file *file)
+{
+	gpusim_rs_mmapdev_release((u64)(uintptr_t)file->private_data);
+	return 0;
+}
+
+static int gpusim_mmapdev_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	return gpusim_rs_mmapdev_mmap((u64)(uintptr_t)file->private_data, vma);
+}
+
+/* A 64 KiB aligned address, as the GPU driver maps device memory. */
+static unsigned long gpusim_mmapdev_area(struct file *file, unsigned long addr,
+					 unsigned long len, unsigned long pgoff,
+					 unsigned long flags)
+{
+	unsigned long a;
+
+	if (flags & MAP_FIXED)
+		return IS_ALIGNED(addr, GPUSIM_GPU_PAGE) ? addr : -EINVAL;
+	if (len > ULONG_MAX - GPUSIM_GPU_PAGE)
+		return -ENOMEM;
+	a = mm_get_unmapped_area(NULL, 0, len + GPUSIM_GPU_PAGE, 0, flags);
+	return IS_ERR_VALUE(a) ? a : ALIGN(a, GPUSIM_GPU_PAGE);
+}
+
+static const struct file_operations gpusim_mmapdev_fops = {
+	.owner = THIS_MODULE,
+	.open = gpusim_mmapdev_open,
+	.release = gpusim_mmapdev_release,
+	.mmap = gpusim_mmapdev_mmap,
+	.get_unmapped_area = gpusim_mmapdev_area,
+};
+
+static struct miscdevice gpusim_mmapdev = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "gpusim_mmap",
+	.fops = &gpusim_mmapdev_fops,
+	.mode = 0666,
+};
+
+int gpusim_mmapdev_register(void)
+{
+	return misc_register(&gpusim_mmapdev);
+}
+
+void gpusim_mmapdev_deregister(void)
+{
+	misc_deregister(&gpusim_mmapdev);
 }
 
 /* Largest physically contiguous chunk the page allocator hands out. */

@@ -27,6 +27,11 @@ void gpusim_dma_unmap(struct pci_dev *pdev, u64 dma, size_t len);
 unsigned int gpusim_branch_param(void);
 
 /* Implemented in Rust (dev.rs). */
+u64 gpusim_rs_mmapdev_open(void);
+void gpusim_rs_mmapdev_release(u64 id);
+int gpusim_rs_mmapdev_mmap(u64 id, struct vm_area_struct *vma);
+int gpusim_mmapdev_register(void);
+void gpusim_mmapdev_deregister(void);
 void gpusim_rs_vma_open(void *priv);
 void gpusim_rs_vma_close(void *priv, struct vm_area_struct *vma);
 void gpusim_rs_vma_moved(void *priv, struct vm_area_struct *vma,

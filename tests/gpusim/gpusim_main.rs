@@ -57,6 +57,8 @@ module! {
 
 #[pin_data(PinnedDrop)]
 struct GpuSimModule {
+    /// `/dev/gpusim_mmap`: created last, removed first.
+    _mmapdev: glue::MmapDev,
     /// The emulated driver branch (module parameter `branch`); an invalid
     /// one fails the load before anything else is set up.
     _branch: branch::Branch,
@@ -84,6 +86,7 @@ impl kernel::InPlaceModule for GpuSimModule {
             _branch: branch::init()?,
             debugfs <- knobs::debugfs(),
             misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gpusim" }),
+            _mmapdev: glue::MmapDev::register()?,
         })
     }
 }

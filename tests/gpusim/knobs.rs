@@ -351,6 +351,15 @@ fn write_reset(_k: &Knob, r: &mut UserSliceReader) -> Result {
 
 static RESET_DUMMY: Knob = Knob::new(0);
 
+/// Writing anything to `free_mmap_allocs` frees every allocation made
+/// through `/dev/gpusim_mmap` (the free callbacks of its pins run first),
+/// as a `cudaFree` under a program that only mapped the memory.
+fn write_free_mmap(_k: &Knob, r: &mut UserSliceReader) -> Result {
+    let _ = parse_u64(r);
+    crate::state::free_where("free_mmap_allocs", |id| id & crate::dev::MMAPDEV_FILE != 0);
+    Ok(())
+}
+
 const ENTRIES: [(&CStr, &Entry); 7] = [
     (c"alloc", &E_ALLOC),
     (c"get_pages", &E_GET_PAGES),
@@ -398,6 +407,7 @@ fn populate(dir: &ScopedDir<'_, '_>) {
     dir.read_write_callback_file(c"bar1_mode", &BAR1_MODE, &show, &write_bar1_mode);
     dir.read_write_callback_file(c"fb_mib", &FB_MIB, &show, &write_mib);
     dir.write_only_callback_file(c"reset_totals", &RESET_DUMMY, &write_reset);
+    dir.write_only_callback_file(c"free_mmap_allocs", &RESET_DUMMY, &write_free_mmap);
     let fail = dir.dir(c"fail");
     for (name, e) in ENTRIES {
         fail.read_write_callback_file(name, &e.fail_nth, &show, &write_any);

@@ -519,14 +519,19 @@ pub(crate) fn free(file_id: u64, handle: u64) -> Result {
 /// Frees every allocation of `file_id` (the file is being released: close
 /// or process exit).
 pub(crate) fn release_file(file_id: u64) {
+    free_where("release of /dev/gpusim", |id| id == file_id);
+}
+
+/// Frees every allocation whose file id `pred` accepts, one RM free (and
+/// lock hold) per allocation, callbacks included.
+pub(crate) fn free_where(what: &'static str, pred: impl Fn(u64) -> bool) {
     loop {
-        // One RM free (and lock hold) per allocation, callbacks included.
-        let Ok(_rm) = rm::acquire("release of /dev/gpusim") else {
+        let Ok(_rm) = rm::acquire(what) else {
             return;
         };
         let alloc = {
             let mut st = STATE.lock();
-            let Some(i) = st.allocs.iter().position(|e| e.file_id == file_id) else {
+            let Some(i) = st.allocs.iter().position(|e| pred(e.file_id)) else {
                 return;
             };
             match st.allocs.remove(i) {

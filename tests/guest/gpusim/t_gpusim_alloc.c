@@ -200,9 +200,53 @@ static void test_close(void)
 	   "exit freed both");
 }
 
+/* /dev/gpusim_mmap: every mmap of it allocates (for perftest's --mmap). */
+static void test_mmapdev(void)
+{
+	int fd = open("/dev/gpusim_mmap", O_RDWR | O_CLOEXEC);
+	char *p, *q;
+	void *bad;
+	int fails = 0;
+
+	if (fd < 0)
+		bail("cannot open /dev/gpusim_mmap: %s", strerror(errno));
+	p = mmap(NULL, 3 * GPU_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	q = mmap(NULL, GPU_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ok(p != MAP_FAILED && q != MAP_FAILED && (uintptr_t)p % GPU_PAGE == 0 &&
+	   (uintptr_t)q % GPU_PAGE == 0 && dbg_get("live_allocs") == 2,
+	   "/dev/gpusim_mmap: two mmaps, two allocations at 64 KiB aligned addresses (%p, %p)", p, q);
+	if (p == MAP_FAILED || q == MAP_FAILED)
+		bail("mmap of /dev/gpusim_mmap: %s", strerror(errno));
+	for (size_t i = 0; i < 3 * GPU_PAGE; i += 4096)
+		p[i] = (char)(i >> 12);
+	for (size_t i = 0; i < 3 * GPU_PAGE; i += 4096)
+		fails += p[i] != (char)(i >> 12);
+	ok(fails == 0, "the CPU reads back what it wrote");
+	bad = mmap(NULL, GPU_PAGE + 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ok(bad == MAP_FAILED && errno == EINVAL, "a length that is no multiple of 64 KiB: EINVAL");
+	bad = mmap(NULL, GPU_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, GPU_PAGE);
+	ok(bad == MAP_FAILED && errno == EINVAL, "an offset other than 0: EINVAL");
+	bad = mmap((char *)p + 20 * GPU_PAGE + 4096, GPU_PAGE, PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_FIXED, fd, 0);
+	ok(bad == MAP_FAILED && errno == EINVAL, "MAP_FIXED at an address not 64 KiB aligned: EINVAL");
+	ok(dbg_get("live_allocs") == 2, "the refused mmaps allocated nothing");
+	ok(dbg_set("free_mmap_allocs", 1) == 0 && dbg_get("live_allocs") == 0,
+	   "debugfs free_mmap_allocs frees both (the mappings stay until munmap)");
+	munmap(p, 3 * GPU_PAGE);
+	munmap(q, GPU_PAGE);
+	p = mmap(NULL, 2 * GPU_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ok(p != MAP_FAILED && dbg_get("live_allocs") == 1, "a new mmap allocates again");
+	if (p != MAP_FAILED)
+		munmap(p, 2 * GPU_PAGE);
+	close(fd);
+	ok(dbg_get("live_allocs") == 0 && dbg_get("live_mem_bytes") == 0,
+	   "closing the file (after the last munmap) frees what it allocated");
+}
+
 int main(void)
 {
 	gs_setup();
+	test_mmapdev();
 	test_basic();
 	test_bad_args();
 	test_mapping_changes();

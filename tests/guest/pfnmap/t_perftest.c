@@ -9,20 +9,34 @@
  *    comparison: ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat each
  *    exit 0 with a result line, and peermem's PFN counters show the
  *    registration served and released (ib_write_bw on host memory too);
+ *  - a PCI BAR: the ivshmem device behind the rig's PCIe switch, mapped by
+ *    perftest itself through its sysfs file
+ *    (--mmap=/sys/bus/pci/devices/<dev>/resource2, io_remap_pfn_range):
+ *    the four tools exit 0 with a result line, and peermem's PFN source
+ *    maps the BAR by its bus addresses (bar_maps_bus_addr), peer-to-peer
+ *    through the switch (QEMU's switch ports have no ACS to redirect it;
+ *    t_peermem_p2p covers ACS);
  *  - the ring zapped by its exporter mid-run (PFNMAP_IOC_ZAP): peermem
  *    revokes the MR, perftest reports the failed completion and exits
  *    non-zero, nothing stays registered, no kernel report.
- * Not here: a PCI BAR through /sys/bus/pci/devices/<dev>/resourceN (the
- * switch's ports redirect peer-to-peer traffic until ACS is cleared,
- * t_peermem_p2p's business), and emulated GPU memory (gpusim's memory is
- * mapped through its allocation ioctl, which perftest cannot call; on a
- * GPU server perftest's --use_cuda reaches GPU memory).
+ * Each result line is printed as a diagnostic beside host memory's, the
+ * bandwidth of each buffer kind in the same boot.
+ *  - emulated GPU memory: gpusim's /dev/gpusim_mmap, whose every mmap
+ *    allocates GPU memory at a 64 KiB aligned address (what cudaMalloc
+ *    gives; on a GPU server perftest's --use_cuda reaches GPU memory):
+ *    the four tools through peermem's nv_mem client, and the memory freed
+ *    mid-run (gpusim's free_mmap_allocs, a cudaFree): the free callback
+ *    revokes the MR, perftest fails, nothing stays pinned.
+ * Not here: the BAR revoked mid-run (nothing revokes a sysfs resource
+ * mapping short of removing the device; the exporter's window zap,
+ * t_peermem_p2p, is that case).
  */
 #include <sys/wait.h>
 
 #include "pfnmap_test.h"
 
 #define RING (4 * 1024 * 1024UL)
+#define GPUSIM_MMAP "/dev/gpusim_mmap"
 #define OUT_DIR_DEFAULT "/tmp"
 
 static char out_dir[256];
@@ -147,6 +161,73 @@ int main(void)
 		   pf("registrations_released") - rel0 == pf("registrations_acquired") - acq0,
 		   "%s, the exporter's ring through peermem's PFN source (--mmap=%s): client %d, server %d, registered %+lld and released: %s",
 		   tools[i], PFNMAP_DEV, rc, srv, pf("registrations_acquired") - acq0, line);
+	}
+
+	/* A PCI BAR, through its sysfs resource file: perftest maps it itself. */
+	{
+		struct rig_bar sw, rc_bar;
+		char port[32], bar[128];
+
+		if (rig_ivshmem(&sw, &rc_bar, port, sizeof(port)))
+			bail("the rig's ivshmem devices were not found (scripts/vm.sh adds them)");
+		snprintf(bar, sizeof(bar), "/sys/bus/pci/devices/%s/resource2", sw.dev);
+		for (unsigned i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
+			long long bus0 = pf("bar_maps_bus_addr");
+
+			acq0 = pf("registrations_acquired");
+			rel0 = pf("registrations_released");
+			rc = perftest(tools[i], bar, extras[i], &srv, line, sizeof(line));
+			ok(rc == 0 && srv == 0 && strcmp(line, "(no result line)") &&
+			   pf("bar_maps_bus_addr") > bus0 &&
+			   pf("registrations_released") - rel0 == pf("registrations_acquired") - acq0,
+			   "%s, a PCI BAR behind the switch (--mmap=%s): client %d, server %d, mapped by bus address %+lld, registered %+lld and released: %s",
+			   tools[i], bar, rc, srv, pf("bar_maps_bus_addr") - bus0,
+			   pf("registrations_acquired") - acq0, line);
+		}
+		ok(pf_idle(), "after the BAR runs: nothing registered or mapped by the PFN source");
+	}
+
+	/* Emulated GPU memory: perftest maps /dev/gpusim_mmap itself. */
+	{
+		static const char *const gextras[] = { "-s 65536 -n 50", "-s 65536 -n 50",
+						       "-s 65536 -n 50", "-s 32768 -n 50" };
+		char sfile[300], cfile[300];
+		long long inv0;
+		pid_t s, cl;
+
+		for (unsigned i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
+			acq0 = pmc(PMDBG, "registrations_acquired");
+			rel0 = pmc(PMDBG, "registrations_released");
+			rc = perftest(tools[i], GPUSIM_MMAP, gextras[i], &srv, line, sizeof(line));
+			ok(rc == 0 && srv == 0 && strcmp(line, "(no result line)") &&
+			   pmc(PMDBG, "registrations_acquired") > acq0 &&
+			   pmc(PMDBG, "registrations_released") - rel0 ==
+				   pmc(PMDBG, "registrations_acquired") - acq0,
+			   "%s, emulated GPU memory through peermem's nv_mem (--mmap=%s): client %d, server %d, registered %+lld and released: %s",
+			   tools[i], GPUSIM_MMAP, rc, srv, pmc(PMDBG, "registrations_acquired") - acq0,
+			   line);
+		}
+		/* The GPU memory freed mid-run (a cudaFree): revoked, perftest fails. */
+		inv0 = pmc(PMDBG, "invalidations_gpu_free");
+		acq0 = pmc(PMDBG, "registrations_acquired");
+		snprintf(sfile, sizeof(sfile), "%s/gpufree-server.txt", out_dir);
+		snprintf(cfile, sizeof(cfile), "%s/gpufree-client.txt", out_dir);
+		s = spawn("ib_write_bw -d " RXE_DEV " -x 1 -F -s 65536 -D 10 --mmap=" GPUSIM_MMAP, sfile);
+		usleep((useconds_t)(slow_s(1.5) * 1e6));
+		cl = spawn("ib_write_bw -d " RXE_DEV " -x 1 -F -s 65536 -D 10 10.55.0.1", cfile);
+		for (double end = now_s() + slow_s(20);
+		     pmc(PMDBG, "registrations_acquired") == acq0 && now_s() < end;)
+			usleep(50000);
+		usleep((useconds_t)(slow_s(1.0) * 1e6));
+		write_str(GSDBG "free_mmap_allocs", "1");
+		srv = reap(s, 40);
+		rc = reap(cl, 40);
+		ok(pmc(PMDBG, "invalidations_gpu_free") > inv0 && rc != 0 && srv != -1,
+		   "ib_write_bw on GPU memory freed mid-run (gpusim free_mmap_allocs): the MR is revoked (invalidations_gpu_free %+lld), the client exits with %d, the server with %d",
+		   pmc(PMDBG, "invalidations_gpu_free") - inv0, rc, srv);
+		ok(wait_for(gs_idle, 10), "after the GPU runs: gpusim idle (nothing allocated, pinned or mapped)");
+		if (!gs_idle())
+			gs_diag();
 	}
 
 	/* The ring zapped mid-run: revoked, perftest fails, nothing left. */
