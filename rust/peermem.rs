@@ -37,7 +37,9 @@ use kernel::prelude::*;
 mod client;
 mod kapi;
 
-use client::{inject, params, stats, NvMem, NvMemNc, Registration};
+#[cfg(peermem_rig)]
+use client::inject;
+use client::{params, stats, NvMem, NvMemNc, Registration};
 use kapi::debugfs::Debugfs;
 use kapi::mmu_notifier::Watches;
 use kapi::peer_mem::{CoreClient, PeerMemoryClient};
@@ -312,14 +314,18 @@ fn create_debugfs() -> Result<Debugfs> {
     stats::LAST_PIN.for_each(|name, value| d.add_hex(name, value));
     // Drops every cached watch pin (tests: "nothing pinned" after deregistering).
     d.add_action::<client::wcache::Flush>(c"watch_cache_flush");
-    inject::for_each(|n, knob| d.add_u32(n.knob, knob.atomic()));
-    // How many delays each knob made (begun, ended): tests prove with them
-    // that what they raced landed inside the window.
-    if let Some(dir) = d.subdir(c"inject") {
-        inject::for_each(|n, knob| {
-            d.add_u64(Some(&dir), n.entered, knob.counter(true).atomic());
-            d.add_u64(Some(&dir), n.left, knob.counter(false).atomic());
-        });
+    // The fault-injection delays: rig builds only (client/inject.rs).
+    #[cfg(peermem_rig)]
+    {
+        inject::for_each(|n, knob| d.add_u32(n.knob, knob.atomic()));
+        // How many delays each knob made (begun, ended): tests prove with
+        // them that what they raced landed inside the window.
+        if let Some(dir) = d.subdir(c"inject") {
+            inject::for_each(|n, knob| {
+                d.add_u64(Some(&dir), n.entered, knob.counter(true).atomic());
+                d.add_u64(Some(&dir), n.left, knob.counter(false).atomic());
+            });
+        }
     }
     Ok(d)
 }

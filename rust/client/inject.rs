@@ -18,6 +18,13 @@
 //! files; both move only while the knob is on). A test that lands another
 //! thread's action in the window waits for `entered` to move and checks
 //! that `left` had not yet (`tests/guest/peermem/t_peermem_matrix.c`).
+//!
+//! Only in rig builds (`--cfg peermem_rig`, Kbuild's `PEERMEM_RIG`, on for a
+//! build from the checkout, off in the DKMS and package builds): elsewhere
+//! no file is created and every delay is zero, compiled out.
+
+// Outside rig builds nothing creates the files (peermem.rs).
+#![cfg_attr(not(peermem_rig), allow(dead_code))]
 
 use super::stats::Counter;
 use core::ffi::CStr;
@@ -44,9 +51,14 @@ impl Knob {
         &self.ms
     }
 
-    /// The delay the knob says, in milliseconds (longest: 10 s).
+    /// The delay the knob says, in milliseconds (longest: 10 s; always 0
+    /// outside rig builds).
     pub(crate) fn ms(&self) -> u32 {
-        self.ms.load(Ordering::Relaxed).min(10_000)
+        if cfg!(peermem_rig) {
+            self.ms.load(Ordering::Relaxed).min(10_000)
+        } else {
+            0
+        }
     }
 
     /// Sleeps as long as the knob says (longest: 10 s), counted in

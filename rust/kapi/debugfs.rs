@@ -81,6 +81,8 @@ impl Debugfs {
     }
 
     /// A root-only read-write file `name` in the top directory holding `value`.
+    // Only the rig builds' knobs have such files.
+    #[cfg_attr(not(peermem_rig), allow(dead_code))]
     pub(crate) fn add_u32(&self, name: &'static CStr, value: &'static AtomicU32) {
         // SAFETY: `name` is a `'static` C string and `value` a `'static`
         // `u32`, both outliving the directory; the file reads and writes

@@ -30,7 +30,7 @@ if [ "${PEERMEM_SKIP_COMPAT:-0}" = 1 ]; then
 	exit 0
 fi
 
-echo "1..4"
+echo "1..5"
 n=0 fails=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
@@ -46,7 +46,8 @@ else
 	echo "# skipping the module build: no 6.12 tree"
 	echo "not ok 2 - peermem builds against linux 6.12 (no kernel)"
 	echo "not ok 3 - the 6.12 module names its kernel (no kernel)"
-	echo "not ok 4 - every kernel symbol the 6.12 module imports is exported by 6.12 (no kernel)"
+	echo "not ok 4 - the PEERMEM_RIG=n module has none of the rig's knobs (no kernel)"
+	echo "not ok 5 - every kernel symbol the 6.12 module imports is exported by 6.12 (no kernel)"
 	exit 1
 fi
 
@@ -56,8 +57,9 @@ scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
 rm -f "$scratch"/rust/ffi_generated.rs
 extra=()
 [ -f "$kdir/.peermem-make-args" ] && read -ra extra <"$kdir/.peermem-make-args"
-if make -C "$scratch" -j3 KDIR="$kdir" "${extra[@]}" PEERMEM_UNRESOLVED_OK=1 >"$log/module.log" 2>&1 && [ -f "$scratch/peermem.ko" ]; then
-	ok "peermem builds against linux 6.12"
+# As the DKMS and package builds make it: PEERMEM_RIG=n, no rig knobs.
+if make -C "$scratch" -j3 KDIR="$kdir" "${extra[@]}" PEERMEM_UNRESOLVED_OK=1 PEERMEM_RIG=n >"$log/module.log" 2>&1 && [ -f "$scratch/peermem.ko" ]; then
+	ok "peermem builds against linux 6.12 (PEERMEM_RIG=n, as DKMS builds it)"
 else
 	notok "peermem builds against linux 6.12 (log: $log/module.log)"
 	grep -E -m 20 'error|Error' "$log/module.log" | sed 's/^/#   /'
@@ -69,8 +71,15 @@ if [ -f "$scratch/peermem.ko" ]; then
 	6.12*) ok "the 6.12 module names its kernel (vermagic $vm)" ;;
 	*) notok "the 6.12 module names its kernel (vermagic '$vm')" ;;
 	esac
+	knobs=$(strings "$scratch/peermem.ko" | grep -c 'inject_delay_')
+	if [ "$knobs" = 0 ]; then
+		ok "the PEERMEM_RIG=n module has none of the rig's fault-injection knobs (no inject_delay_* name in it)"
+	else
+		notok "the PEERMEM_RIG=n module still has $knobs inject_delay_* names (the rig's knobs ship)"
+	fi
 else
 	notok "the 6.12 module names its kernel (no peermem.ko)"
+	notok "the PEERMEM_RIG=n module has none of the rig's knobs (no peermem.ko)"
 fi
 
 # Exports: modpost has no vmlinux symbol list in a prepared tree, so check
