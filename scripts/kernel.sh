@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch, configure, patch and build the rig kernel; print its build dir (KDIR).
 #
-#   scripts/kernel.sh [--variant debug|plain|NAME] [--kver 7.3|6.12] [--prepare-only] [--print-kdir]
+#   scripts/kernel.sh [--variant debug|plain|NAME] [--kver 7.3|7.2|6.12] [--prepare-only] [--print-kdir]
 #
 # --prepare-only stops after `make modules_prepare` (which, with CONFIG_RUST,
 # also builds the Rust crates an out-of-tree Rust module compiles against)
@@ -24,7 +24,7 @@ set -euo pipefail
 
 variant=debug
 print_only=0 prepare_only=0
-usage='scripts/kernel.sh [--variant debug|plain|NAME] [--kver 7.3|6.12] [--prepare-only] [--print-kdir] [--help]'
+usage='scripts/kernel.sh [--variant debug|plain|NAME] [--kver 7.3|7.2|6.12] [--prepare-only] [--print-kdir] [--help]'
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--variant) pm_need_value "$usage" "$@"; variant=$2; shift 2 ;;

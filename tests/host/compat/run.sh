@@ -1,57 +1,66 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # Build compatibility (host, no VM): peermem must also build against the
-# 6.12 LTS kernel (Debian's linux-source-6.12, bookworm-security), whose Rust
-# `kernel` crate is older than 7.3's. This prepares a plain (no debug
-# options) Rust-enabled 6.12 tree with `scripts/kernel.sh --prepare-only`
-# (cached like the rig kernel): `make modules_prepare`, which builds the Rust
-# crates a module compiles against but no vmlinux, a fraction of a whole
-# kernel build. Then it builds peermem against it in a scratch copy of the
-# sources, so the 7.3 objects in the checkout are not touched, and checks that
-# every kernel symbol the module imports is exported by that 6.12 source
-# (there is no vmlinux, so modpost cannot: see exports below). Prints TAP.
+# other kernels of its supported range whose source Debian's archive has
+# (README, "Supported kernels"): 6.12 LTS (linux-source-6.12, the oldest:
+# its Rust `kernel` crate is the oldest peermem builds against) and 7.2
+# (linux-source-7.2, trixie-backports); 7.3, the rig's, is the whole
+# suite's. For each it prepares a plain (no debug options) Rust-enabled tree
+# with `scripts/kernel.sh --kver K --prepare-only` (cached like the rig
+# kernel): `make modules_prepare`, which builds the Rust crates a module
+# compiles against but no vmlinux, a fraction of a whole kernel build. Then
+# it builds peermem against it in a scratch copy of the sources, as the
+# DKMS package builds it (PEERMEM_RIG=n), so the 7.3 objects in the
+# checkout are not touched, and checks that every kernel symbol the module
+# imports is exported by that source (there is no vmlinux, so modpost
+# cannot: see exports below). Prints TAP.
 #
 #   tests/host/compat/run.sh
 #
 # Environment: PEERMEM_SKIP_COMPAT=1 skips it (one `ok # SKIP` line), e.g.
-# for a quick local run; PEERMEM_CACHE.
+# for a quick local run; PEERMEM_COMPAT_KVERS (default "6.12 7.2");
+# PEERMEM_CACHE.
 #
-# 6.12 has no peer-memory core (neither does any upstream kernel), so the
+# These kernels have no peer-memory core (no upstream kernel has), so the
 # build cannot resolve ib_register_peer_memory_client there; the Makefile's
 # PEERMEM_UNRESOLVED_OK=1 lets modpost leave it unresolved (the module would
-# not load on this kernel, which is expected: we check it compiles and links).
+# not load on these kernels, which is expected: we check it compiles and links).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../../scripts/lib.sh"
 
+kvers=${PEERMEM_COMPAT_KVERS:-6.12 7.2}
 if [ "${PEERMEM_SKIP_COMPAT:-0}" = 1 ]; then
 	echo "1..1"
-	echo "ok 1 - peermem builds against linux 6.12 # SKIP PEERMEM_SKIP_COMPAT=1"
+	echo "ok 1 - peermem builds against linux $kvers # SKIP PEERMEM_SKIP_COMPAT=1"
 	exit 0
 fi
 
-echo "1..5"
+set -- $kvers
+echo "1..$((5 * $#))"
 n=0 fails=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
 
-log=$PEERMEM_CACHE/logs/compat-6.12
+# One kernel version: its five results.
+compat() {
+local kv=$1 log=$PEERMEM_CACHE/logs/compat-$1 kdir scratch extra
 mkdir -p "$log" || { echo "Bail out! cannot create $log"; exit 1; }
 
-if kdir=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver 6.12 --prepare-only 2>"$log/kernel.log" | tail -n 1) && [ -f "$kdir/.peermem-prepared" ]; then
-	ok "linux 6.12 (plain, Rust) prepared for modules: $kdir"
+if kdir=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver "$kv" --prepare-only 2>"$log/kernel.log" | tail -n 1) && [ -f "$kdir/.peermem-prepared" ]; then
+	ok "linux $kv (plain, Rust) prepared for modules: $kdir"
 else
-	notok "linux 6.12 modules_prepare (log: $log/kernel.log)"
+	notok "linux $kv modules_prepare (log: $log/kernel.log)"
 	tail -n 15 "$log/kernel.log" | sed 's/^/#   /'
-	echo "# skipping the module build: no 6.12 tree"
-	echo "not ok 2 - peermem builds against linux 6.12 (no kernel)"
-	echo "not ok 3 - the 6.12 module names its kernel (no kernel)"
-	echo "not ok 4 - the PEERMEM_RIG=n module has none of the rig's knobs (no kernel)"
-	echo "not ok 5 - every kernel symbol the 6.12 module imports is exported by 6.12 (no kernel)"
-	exit 1
+	echo "# skipping the module build: no $kv tree"
+	notok "peermem builds against linux $kv (no kernel)"
+	notok "the $kv module names its kernel (no kernel)"
+	notok "the PEERMEM_RIG=n module has none of the rig's knobs (no kernel)"
+	notok "every kernel symbol the $kv module imports is exported by $kv (no kernel)"
+	return
 fi
 
-scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
+scratch=$(mktemp -d -p "$tmpdir")
 # The module's sources only: what `make` in a fresh clone would see.
 (cd "$PEERMEM_ROOT" && cp -r Kbuild Makefile rust include scripts "$scratch"/)
 rm -f "$scratch"/rust/ffi_generated.rs
@@ -59,17 +68,17 @@ extra=()
 [ -f "$kdir/.peermem-make-args" ] && read -ra extra <"$kdir/.peermem-make-args"
 # As the DKMS and package builds make it: PEERMEM_RIG=n, no rig knobs.
 if make -C "$scratch" -j3 KDIR="$kdir" "${extra[@]}" PEERMEM_UNRESOLVED_OK=1 PEERMEM_RIG=n >"$log/module.log" 2>&1 && [ -f "$scratch/peermem.ko" ]; then
-	ok "peermem builds against linux 6.12 (PEERMEM_RIG=n, as DKMS builds it)"
+	ok "peermem builds against linux $kv (PEERMEM_RIG=n, as DKMS builds it)"
 else
-	notok "peermem builds against linux 6.12 (log: $log/module.log)"
+	notok "peermem builds against linux $kv (log: $log/module.log)"
 	grep -E -m 20 'error|Error' "$log/module.log" | sed 's/^/#   /'
 fi
 
 if [ -f "$scratch/peermem.ko" ]; then
 	vm=$(modinfo -F vermagic "$scratch/peermem.ko" 2>/dev/null)
 	case "$vm" in
-	6.12*) ok "the 6.12 module names its kernel (vermagic $vm)" ;;
-	*) notok "the 6.12 module names its kernel (vermagic '$vm')" ;;
+	"$kv".*) ok "the $kv module names its kernel (vermagic $vm)" ;;
+	*) notok "the $kv module names its kernel (vermagic '$vm')" ;;
 	esac
 	knobs=$(strings "$scratch/peermem.ko" | grep -c 'inject_delay_')
 	if [ "$knobs" = 0 ]; then
@@ -78,12 +87,12 @@ if [ -f "$scratch/peermem.ko" ]; then
 		notok "the PEERMEM_RIG=n module still has $knobs inject_delay_* names (the rig's knobs ship)"
 	fi
 else
-	notok "the 6.12 module names its kernel (no peermem.ko)"
+	notok "the $kv module names its kernel (no peermem.ko)"
 	notok "the PEERMEM_RIG=n module has none of the rig's knobs (no peermem.ko)"
 fi
 
 # Exports: modpost has no vmlinux symbol list in a prepared tree, so check
-# the module's undefined symbols against what the 6.12 source exports
+# the module's undefined symbols against what that source exports
 # (EXPORT_SYMBOL* in C and assembly, the Rust crates' generated export lists).
 # The peer-memory core's and NVIDIA's symbols are not the kernel's.
 if [ -f "$scratch/peermem.ko" ]; then
@@ -107,13 +116,19 @@ if [ -f "$scratch/peermem.ko" ]; then
 	missing=$(comm -23 <(printf '%s\n' $und) "$exports" 2>/dev/null)
 	nund=$(printf '%s\n' $und | grep -c .)
 	if [ ! -s "$exports" ]; then
-		notok "every kernel symbol the 6.12 module imports is exported by 6.12 (no export list from '$src')"
+		notok "every kernel symbol the $kv module imports is exported by $kv (no export list from '$src')"
 	elif [ -z "$missing" ]; then
-		ok "every kernel symbol the 6.12 module imports ($nund) is exported by 6.12's source"
+		ok "every kernel symbol the $kv module imports ($nund) is exported by $kv's source"
 	else
-		notok "every kernel symbol the 6.12 module imports is exported by 6.12's source; not exported: $(echo $missing | cut -c1-300)"
+		notok "every kernel symbol the $kv module imports is exported by $kv's source; not exported: $(echo $missing | cut -c1-300)"
 	fi
 else
-	notok "every kernel symbol the 6.12 module imports is exported by 6.12 (no peermem.ko)"
+	notok "every kernel symbol the $kv module imports is exported by $kv (no peermem.ko)"
 fi
+}
+
+tmpdir=$(mktemp -d); trap 'rm -rf "$tmpdir"' EXIT
+for kv in "$@"; do
+	compat "$kv"
+done
 [ "$fails" = 0 ]
