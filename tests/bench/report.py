@@ -1230,6 +1230,22 @@ def cmd_bar1(path, md):
             cells.append(f"{one} MiB / {n}{rel}")
         rows.append(cells)
     out += render(head, rows, md)
+    # peermem (defaults) against every nvidia-peermem measured.
+    nvs = [l for l in cap if l.startswith("nvidia-peermem")]
+    if "peermem" in cap and nvs:
+        out.append("")
+        head = ["peermem / client"] + [f"{m} MiB: one MR / 2 MiB MRs" for m in sizes]
+        rows = []
+        for nv in nvs:
+            cells = [nv]
+            for m in sizes:
+                if m in cap["peermem"] and m in cap[nv] and all(cap[nv][m]):
+                    (p1, pn), (r1, rn) = cap["peermem"][m], cap[nv][m]
+                    cells.append(f"{p1 / r1:.2f}x / {pn / rn:.2f}x")
+                else:
+                    cells.append("")
+            rows.append(cells)
+        out += render(head, rows, md)
     if pins:
         out.append("")
         kibs = sorted({k for v in pins.values() for k in v})
