@@ -339,39 +339,82 @@ static int write_poll(struct ibv_mr *lmr, void *laddr, uint32_t len, uint64_t ra
  * plus 190 ns per 64 KiB page: gdrcopy's pin benchmarks of NVIDIA's pin;
  * 0:0 is free pins, 1000:190 the GPUDirect RDMA guide's "up to
  * milliseconds"; docs/benchmarks.md, "The pin-cost model"). Each size twice:
- *  - miss: a range the client has not registered before (peermem's
- *    watch-pin cache given back first, watch_cache_flush, untimed: the
- *    state of a first registration of the range; the other sides keep
- *    nothing between registrations);
- *  - hit: the same range again right after (peermem's parked watch pin
- *    taken back).
+ *  - miss: a range registered for the first time: each registration at
+ *    the next distinct range of its size in the big allocation (peermem's
+ *    watch-pin cache evicts its oldest entries on the way, as it does for
+ *    a program that registers ever new ranges; the first range is the
+ *    hits'); where the allocation has no range left (64 MiB after 7, the
+ *    large size every time) peermem's
+ *    cache is given back first (watch_cache_flush, then a settle until
+ *    its registrations are gone, both untimed);
+ *  - hit: the same range again (the allocation's first), once untimed to
+ *    park it, then timed (peermem's parked watch pin taken back).
  * Samples "pincost_miss_s" and "pincost_s" (the hit), param
  * "SIZE@CALL_US+PAGE_NS"; and per registration, summed over every pin
  * (nvidia_p2p_get_pages and _persistent): "pins_miss_calls",
  * "pins_miss_pages", "pins_hit_calls", "pins_hit_pages", param SIZE (the
  * first model's; the counts do not depend on the model).
  */
+/*
+ * peermem's watch-pin cache given back, and its registrations gone (their
+ * teardown may finish after the flush returns): nothing of it left to
+ * run beside the next timed registration. Bounded (2 s).
+ */
+static void pm_flush_settled(void)
+{
+	double end;
+
+	pm_flush();
+	end = now_s() + 2;
+	while ((pm_live_objects() != 0 || pm_cached() != 0) && now_s() < end)
+		usleep(1000);
+}
+
+/* The next distinct range of len bytes in the big allocation, per size. */
+static uint8_t *miss_range(int s, size_t len)
+{
+	static size_t next[2][8];
+	/* The first range is the hits' (fig_pincost): misses take the others. */
+	size_t slots = gbig.len / len, first = slots > 1, *n;
+	int sz = 0;
+
+	while (sz < 7 && ((size_t)64 * 1024) << (5 * sz) < len)
+		sz++;
+	n = &next[s == S_PM][sz];
+	if (first + *n >= slots) {
+		*n = 0;
+		if (s == S_PM)
+			pm_flush_settled();
+	}
+	return gbig.p + (first + (*n)++) * len;
+}
+
 static void pincost_one(int s, int round, size_t len, int miss, int reps, const char *param,
 			int count)
 {
-	long long c0 = gs("calls/get_pages") + gs("calls/get_pages_persistent");
-	long long p0 = gs("pages_pinned"), c1, p1;
+	long long c0, p0, c1, p1;
 	char ps[24], fig[32];
+	struct reg r;
 
+	if (!miss) {
+		/* Parked (peermem) before the timed registrations. */
+		reg_or_bail(s, gbig.p, len, &r);
+		dereg_or_bail(s, &r);
+	}
+	c0 = gs("calls/get_pages") + gs("calls/get_pages_persistent");
+	p0 = gs("pages_pinned");
 	for (int k = 0; k < reps; k++) {
-		struct reg r;
+		uint8_t *p = miss ? miss_range(s, len) : gbig.p;
 		double t0;
 
-		/* A put pins nothing: the pin counters stay (pins made, not held). */
-		if (miss && s == S_PM)
-			pm_flush();
 		t0 = now_s();
-		reg_or_bail(s, gbig.p, len, &r);
+		reg_or_bail(s, p, len, &r);
 		dereg_or_bail(s, &r);
 		sample(miss ? "pincost_miss_s" : "pincost_s", param, s, round, now_s() - t0);
 	}
 	if (!count)
 		return;
+	/* Pins made (a put changes neither counter). */
 	c1 = gs("calls/get_pages") + gs("calls/get_pages_persistent");
 	p1 = gs("pages_pinned");
 	size_str(len, ps, sizeof(ps));

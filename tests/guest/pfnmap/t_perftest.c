@@ -133,8 +133,8 @@ static int perftest(const char *tool, const char *mmap, const char *extra, int *
 int main(void)
 {
 	static const char *const tools[] = { "ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat" };
-	static const char *const extras[] = { "-s 65536 -n 50", "-s 65536 -n 50", "-s 65536 -n 50",
-					       "-s 4096 -n 50" };
+	static const char *const extras[] = { "-s 65536 -n 10", "-s 65536 -n 10", "-s 65536 -n 10",
+					       "-s 4096 -n 10" };
 	char line[256], host_line[256];
 	long long acq0, rel0;
 	int efd, rc, srv;
@@ -189,8 +189,8 @@ int main(void)
 
 	/* Emulated GPU memory: perftest maps /dev/gpusim_mmap itself. */
 	{
-		static const char *const gextras[] = { "-s 65536 -n 50", "-s 65536 -n 50",
-						       "-s 65536 -n 50", "-s 32768 -n 50" };
+		static const char *const gextras[] = { "-s 65536 -n 10", "-s 65536 -n 10",
+						       "-s 65536 -n 10", "-s 32768 -n 10" };
 		char sfile[300], cfile[300];
 		long long inv0;
 		pid_t s, cl;
