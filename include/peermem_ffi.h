@@ -29,7 +29,13 @@
  * peer-memory client (at most IB_PEER_MEMORY_VER_MAX - 2 characters, see
  * peer_mem_abi.h).
  */
-#define PEERMEM_VERSION "0.2.0"
+#define PEERMEM_VERSION "0.3.0"
+/*
+ * The build's identity (modinfo's `build`, the load line): `git describe`
+ * of the checkout it was built from, the BUILD_ID file of a DKMS/package
+ * source tree, or "unknown" (Kbuild decides, rust/helpers.c holds it).
+ */
+extern const char peermem_build[];
 
 /* ---- Module parameters (read-only once the module is loaded) */
 

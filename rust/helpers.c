@@ -35,6 +35,8 @@
 #include "peermem_ffi.h"
 
 MODULE_VERSION(PEERMEM_VERSION);
+MODULE_INFO(build, PEERMEM_BUILD);
+const char peermem_build[] = PEERMEM_BUILD;
 MODULE_AUTHOR("The peermem authors");
 
 /* ---- Module parameters */

@@ -97,7 +97,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$PEERMEM_ROOT"
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+usage() { pm_help "$0" '^set -euo'; }
 bad() { pm_usage_die "$*" 'scripts/bench.sh [--rounds N] [--runs N] [--nvpeermem 550|595|595-legacy] [--kernel plain|debug] [--kdir DIR] [--large-mib N] [--pfn-mib N] [--mem SIZE] [--src DIR] [--out DIR] [--only GROUPS] [--append ARGS] [--profile SPEC] [--memory-detail] [--callgraph] [--skip-setup] (--help)'; }
 rounds=20 runs=3 nvpeermem=550 kernel=plain kdir= large_mib=512 pfn_mib=16 mem=3G src=$PEERMEM_ROOT out= skip_setup=0 append= profile= memdetail=0 callgraph=0 only=
 need() { [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || bad "option $1 needs a value"; }

@@ -43,6 +43,15 @@ done
 pm_need_cmd dpkg-deb "install dpkg (Debian/Ubuntu: it is there; elsewhere use make dkms-install)"
 version=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' include/peermem_ffi.h)
 [ -n "$version" ] || pm_die "cannot read PEERMEM_VERSION from include/peermem_ffi.h"
+# The package's version: PEERMEM_VERSION at its release tag (v<version>);
+# any other commit gets +git<commits>.g<hash> (and .dirty), so that every
+# rebuilt package is newer to dpkg and names its source. dkms keeps the
+# plain version (/usr/src/peermem-<version>).
+debver=$version
+if git rev-parse --git-dir >/dev/null 2>&1 && [ "$(git describe --tags --exact-match 2>/dev/null)" != "v$version" ]; then
+	debver=$version+git$(git rev-list --count HEAD).g$(git rev-parse --short=7 HEAD)
+	[ -z "$(git status --porcelain --untracked-files=no)" ] || debver+=.dirty
+fi
 modname=nvidia_peermem
 for a in "${stage_args[@]}"; do [ "$a" = --peermem ] && modname=peermem; done
 
@@ -51,6 +60,9 @@ trap 'rm -rf "$work"' EXIT
 root=$work/root
 PEERMEM_DKMS_JOBS='$(nproc)' bash scripts/dkms.sh stage "$root" "${stage_args[@]}"
 mkdir -p "$root/DEBIAN" "$root/usr/share/doc/peermem-dkms"
+# The doctor, for the operator and for bug reports (--bundle); the changelog.
+install -D -m 0755 scripts/doctor.sh "$root/usr/sbin/peermem-doctor"
+cp CHANGELOG.md "$root/usr/share/doc/peermem-dkms/changelog"
 cp LICENSE "$root/usr/share/doc/peermem-dkms/copyright"
 size=$(du -sk "$root" | cut -f1)
 # No Recommends of a compiler: a module is built with the kernel's own
@@ -59,7 +71,7 @@ size=$(du -sk "$root" | cut -f1)
 # in the distribution's default version.
 cat >"$root/DEBIAN/control" <<C
 Package: peermem-dkms
-Version: $version
+Version: $debver
 Architecture: all
 Section: kernel
 Priority: optional
@@ -75,11 +87,14 @@ Description: GPU-memory peer-memory client for RDMA (DKMS, Rust)
 C
 cat >"$root/DEBIAN/postinst" <<P
 #!/bin/sh
-# peermem-dkms: add to dkms, build and install for every kernel with Rust.
+# peermem-dkms: add to dkms, build and install for every kernel that can
+# build it. A kernel that cannot (no Rust, no Rust metadata in its headers,
+# a failed build) is skipped with a line saying why and what to do: the
+# package stays configured, so apt never stops half-done on peermem.
 set -e
 [ "\$1" = configure ] || exit 0
 dkms add -m peermem -v $version >/dev/null 2>&1 || dkms status -m peermem -v $version | grep -q . || exit 1
-rc=0
+failed=""
 for b in /lib/modules/*/build; do
 	[ -f "\$b/.config" ] || continue
 	rel=\$(basename "\$(dirname "\$b")")
@@ -87,14 +102,19 @@ for b in /lib/modules/*/build; do
 		echo "peermem-dkms: skipping \$rel: built without Rust (CONFIG_RUST is not y)"
 		continue
 	fi
+	if [ ! -f "\$b/rust/libkernel.rmeta" ] && [ ! -f "\$b/rust/kernel.o" ]; then
+		echo "peermem-dkms: skipping \$rel: its headers have no Rust metadata (Ubuntu: apt install linux-lib-rust-\$rel)"
+		continue
+	fi
 	if dkms install -m peermem -v $version -k "\$rel"; then
 		echo "peermem-dkms: installed $modname for \$rel"
 	else
-		echo "peermem-dkms: the build for \$rel failed: /var/lib/dkms/peermem/$version/build/make.log; make doctor (in the sources: /usr/src/peermem-$version) says what is missing" >&2
-		rc=1
+		echo "peermem-dkms: the build for \$rel failed: /var/lib/dkms/peermem/$version/build/make.log; peermem-doctor says what is missing" >&2
+		failed="\$failed \$rel"
 	fi
 done
-exit \$rc
+[ -z "\$failed" ] || echo "peermem-dkms: not installed for:\$failed (the package stays configured; dkms autoinstall tries again at the next kernel install, or: sudo dkms install -m peermem -v $version -k <release>)" >&2
+exit 0
 P
 cat >"$root/DEBIAN/prerm" <<P
 #!/bin/sh
@@ -107,7 +127,7 @@ exit 0
 P
 chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/prerm"
 mkdir -p "$out"
-deb=$out/peermem-dkms_${version}_all.deb
+deb=$out/peermem-dkms_${debver}_all.deb
 dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
 echo "$deb"
 exit

@@ -102,6 +102,8 @@ stage_files() {
 		find rust include -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) ! -name ffi_generated.rs |
 		while read -r f; do mkdir -p "$dst/$(dirname "$f")" && cp "$f" "$dst/$f" || exit 1; done)
 	cp "$top/scripts/bindgen.sh" "$top/scripts/find-symvers.sh" "$top/scripts/ko-exports.py" "$dst/scripts/"
+	# The build's identity for a tree without .git (Kbuild reads it).
+	git -C "$top" describe --always --tags --dirty >"$dst/BUILD_ID" 2>/dev/null || echo "$version" >"$dst/BUILD_ID"
 	for d in "$@"; do bdeps+="BUILD_DEPENDS[$i]=\"$d\""$'\n'; i=$((i + 1)); done
 	sed -e "s|@VERSION@|$version|g" -e "s|@MODNAME@|$modname|g" -e "s|@MAKEOPT@|$makeopt|g" \
 		-e "s|@JOBS@|${PEERMEM_DKMS_JOBS:-\$(nproc)}|g" "$top/dkms/dkms.conf.in" >"$dst/dkms.conf"

@@ -9,6 +9,20 @@
 # and said so.
 #
 #   scripts/doctor.sh [--root DIR] [--release REL]     (make doctor)
+#   scripts/doctor.sh --bundle FILE                    (a bug report's facts)
+#
+# The package installs it as /usr/sbin/peermem-doctor. Run it as root: as
+# another user the counters, the kernel log and some module facts are
+# unreadable (it says which).
+#
+#   --bundle FILE  write FILE (a .tar.gz) with what a bug report needs: this
+#                  doctor's output, uname, the kernel command line, modinfo
+#                  of the module `modprobe nvidia_peermem` / `peermem` would
+#                  load, dkms status and the last DKMS build logs, the kernel
+#                  log lines of peermem, the NVIDIA driver, mlx5 and the
+#                  peer-memory core, peermem's debugfs counters, the OFED and
+#                  NVIDIA driver versions (docs/troubleshooting.md,
+#                  "Reporting a problem"). Reads only; writes only FILE.
 #
 #   --root DIR     read DIR/proc, DIR/sys, DIR/lib/modules, DIR/boot instead
 #                  of the real ones (the tests feed fake set-ups); env
@@ -25,17 +39,58 @@
 set -uo pipefail
 
 root=${PEERMEM_DOCTOR_ROOT:-}
-rel=''
+rel='' bundle=''
 while [ $# -gt 0 ]; do
 	case $1 in
+	--bundle) [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] ||
+		{ printf 'doctor: option --bundle needs a file name\nusage: scripts/doctor.sh --bundle FILE\n' >&2; exit 2; }
+		bundle=$2; shift 2 ;;
 	--root|--release) [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] ||
-		{ printf 'doctor: option %s needs a value\nusage: scripts/doctor.sh [--root DIR] [--release RELEASE] [--help]\n' "$1" >&2; exit 2; }
+		{ printf 'doctor: option %s needs a value\nusage: scripts/doctor.sh [--root DIR] [--release RELEASE] [--bundle FILE] [--help]\n' "$1" >&2; exit 2; }
 		if [ "$1" = --root ]; then root=$2; else rel=$2; fi; shift 2 ;;
-	-h|--help) sed -n '3,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
-	*) printf "doctor: unknown argument '%s'\nusage: scripts/doctor.sh [--root DIR] [--release RELEASE] [--help]\n" "$1" >&2; exit 2 ;;
+	-h|--help) printf 'usage: scripts/doctor.sh [--root DIR] [--release REL] | --bundle FILE   (installed: peermem-doctor)\n\n'
+		sed -n '3,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+	*) printf "doctor: unknown argument '%s'\nusage: scripts/doctor.sh [--root DIR] [--release RELEASE] [--bundle FILE] [--help]\n" "$1" >&2; exit 2 ;;
 	esac
 done
 root=${root%/}
+
+# ---- --bundle: this doctor's output and the facts around it, in one file
+if [ -n "$bundle" ]; then
+	case $bundle in *.tar.gz|*.tgz) ;; *) bundle=$bundle.tar.gz ;; esac
+	d=$(mktemp -d "${TMPDIR:-/tmp}/peermem-bundle.XXXXXX") || { echo "doctor: cannot make a temporary directory" >&2; exit 1; }
+	b=$d/peermem-report
+	mkdir -p "$b"
+	"$0" ${root:+--root "$root"} ${rel:+--release "$rel"} >"$b/doctor.txt" 2>&1
+	{ uname -a; echo; cat /proc/cmdline; echo; id; } >"$b/system.txt" 2>&1
+	for m in nvidia_peermem peermem nvidia ib_core ib_uverbs mlx5_ib; do
+		echo "== $m: modprobe would load $(modinfo -n "$m" 2>/dev/null || echo '(none)')"
+		modinfo "$m" 2>/dev/null
+		[ -r "/sys/module/$m/version" ] && echo "loaded, version $(cat "/sys/module/$m/version")"
+		[ -d "/sys/module/$m" ] && [ ! -r "/sys/module/$m/version" ] && echo "loaded"
+		echo
+	done >"$b/modules.txt" 2>&1
+	{ command -v dkms >/dev/null && dkms status; ls -l /var/lib/dkms/peermem 2>/dev/null; } >"$b/dkms-status.txt" 2>&1
+	for l in /var/lib/dkms/peermem/*/build/make.log /var/lib/dkms/peermem/*/*/*/log/make.log; do
+		[ -r "$l" ] && { echo "== $l"; tail -n 200 "$l"; }
+	done >"$b/dkms-make.log" 2>&1
+	{ dmesg 2>&1 || journalctl -k -b --no-pager 2>&1; } |
+		grep -E 'peermem|nvidia|NVRM|mlx5|ib_core|peer_mem|ib_uverbs|Oops|BUG|WARNING' | tail -n 2000 >"$b/kernel-log.txt"
+	for dir in /sys/kernel/debug/peermem /sys/kernel/debug/nvidia_peermem; do
+		[ -d "$dir" ] || continue
+		find "$dir" -maxdepth 2 -type f ! -name 'watch_cache_flush' 2>/dev/null | sort | while read -r f; do
+			printf '%s %s\n' "${f#/sys/kernel/debug/}" "$(head -c 100 "$f" 2>/dev/null | head -n 1)"
+		done
+	done >"$b/counters.txt" 2>&1
+	{ command -v ofed_info >/dev/null && ofed_info -s; cat /proc/driver/nvidia/version 2>/dev/null;
+	  command -v nvidia-smi >/dev/null && nvidia-smi -q 2>/dev/null | grep -iE 'driver version|product name|bar1|total|used' | head -n 40; } >"$b/versions.txt" 2>&1
+	tar -C "$d" -czf "$bundle" peermem-report || { rm -rf "$d"; echo "doctor: cannot write $bundle" >&2; exit 1; }
+	rm -rf "$d"
+	echo "doctor: wrote $bundle (doctor.txt, system.txt, modules.txt, dkms-status.txt, dkms-make.log, kernel-log.txt, counters.txt, versions.txt); attach it to the report"
+	[ "$(id -u)" = 0 ] || echo "doctor: not run as root: the kernel log and the counters may be missing from it (sudo peermem-doctor --bundle FILE)"
+	exit 0
+fi
+
 if [ -z "$rel" ]; then
 	if [ -n "$root" ]; then read -r rel <"$root/proc/sys/kernel/osrelease" 2>/dev/null; fi
 	[ -n "$rel" ] || rel=$(uname -r)

@@ -29,7 +29,14 @@ pm_need_value() {
 	[ $# -ge 3 ] && [ -n "$3" ] && [[ $3 != --* ]] || pm_usage_die "option $2 needs a value" "$1"
 }
 # pm_help FILE END: print FILE's header comment (line 2 to the line matching END).
-pm_help() { sed -n "2,/$2/p" "$1" | sed '$d; /^# SPDX/d; s/^# \{0,1\}//'; }
+# pm_help SCRIPT END_RE: a usage line first (the header's first
+# "#   scripts/..." or "#   tests/..." line), then the header up to END_RE.
+pm_help() {
+	local u
+	u=$(sed -n "2,/$2/{s@^#   \(\(scripts\|tests\)/[^ ].*\)\$@\1@p}" "$1" | head -n 1)
+	[ -z "$u" ] || printf 'usage: %s\n\n' "$u"
+	sed -n "2,/$2/p" "$1" | sed '$d; /^# SPDX/d; s/^# \{0,1\}//'
+}
 
 pm_need_cmd() { # cmd "how to get it"
 	command -v "$1" >/dev/null 2>&1 || pm_die "'$1' not found; $2"

@@ -89,6 +89,15 @@ use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 #[cfg(peermem_ffi_crate)]
 use kernel::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 
+/// The build's identity (`git describe` of its source, or "unknown"):
+/// `peermem_build` in `rust/helpers.c`.
+pub(crate) fn build() -> &'static str {
+    // SAFETY: `peermem_build` is a NUL-terminated array of static storage
+    // that nothing writes (`rust/helpers.c`).
+    let id = unsafe { core::ffi::CStr::from_ptr(raw::peermem_build.as_ptr().cast()) };
+    id.to_str().unwrap_or("unknown")
+}
+
 /// peermem's version (`PEERMEM_VERSION` in `include/peermem_ffi.h`).
 pub(crate) const VERSION: &str = {
     let Ok(v) = CStr::from_bytes_with_nul(raw::PEERMEM_VERSION) else {

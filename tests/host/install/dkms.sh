@@ -35,6 +35,9 @@ fi
 krel=$(cat "$KDIR/include/config/kernel.release")
 ver=$(sed -n 's/^#define PEERMEM_VERSION "\(.*\)"/\1/p' "$PEERMEM_ROOT/include/peermem_ffi.h")
 made_moddir=0 made_build=0 made_etc=1 k6rel='' made_moddir6=0 made_build6=0 made_lib=0
+# A kernel whose build fails (Rust and its metadata, a Makefile that
+# errors): the package must skip it and stay configured.
+kfail=0.0.0-peermem-failing made_fail=0
 [ -d /lib/modules ] || made_lib=1
 [ -d "/lib/modules/$krel" ] || made_moddir=1
 mok_before=$(ls /var/lib/dkms/mok.* 2>/dev/null)
@@ -57,6 +60,7 @@ dk_cleanup() {
 		[ "$made_moddir6" = 1 ] && rm -rf "/lib/modules/${k6rel:?}"
 	fi
 	if [ "$made_moddir" = 1 ]; then rm -rf "/lib/modules/${krel:?}"; fi
+	[ "$made_fail" = 1 ] && rm -rf "/lib/modules/${kfail:?}"
 	[ "$made_lib" = 1 ] && rmdir /lib/modules 2>/dev/null
 	rm -rf "$scratch"
 }
@@ -84,18 +88,38 @@ ln -s x86_64/6.8.0-old "$tr/usr/src/ofa_kernel/default"
 # the --peermem build's install rule would keep refusing it).
 deb=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb" 2>"$scratch/deb.log" | tail -n 1)
 cont=$(dpkg-deb -c "$deb" 2>/dev/null | awk '{print $6}')
-if [ -f "$deb" ] && [ "$(dpkg-deb -f "$deb" Version)" = "$ver" ] && [ "$(dpkg-deb -f "$deb" Package)" = peermem-dkms ] &&
+debv=$(dpkg-deb -f "$deb" Version 2>/dev/null)
+if [ -f "$deb" ] && { [ "$debv" = "$ver" ] || [[ $debv == "$ver+git"[0-9]*.g* ]]; } && [ "$(dpkg-deb -f "$deb" Package)" = peermem-dkms ] &&
+	grep -qx './usr/sbin/peermem-doctor' <<<"$cont" &&
 	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './usr/lib/modprobe.d/peermem.conf' <<<"$cont" &&
 	grep -qx './usr/lib/modules-load.d/peermem.conf' <<<"$cont" && ! grep -q '^\./etc/.' <<<"$cont" &&
 	! dpkg-deb -I "$deb" conffiles >/dev/null 2>&1 && ! grep -qE '\.(o|ko|cmd)$|ffi_generated' <<<"$cont"; then
-	ok "dkms: make deb builds ${deb##*/} (version $ver from include/peermem_ffi.h; sources, dkms.conf, /usr/lib/modprobe.d and /usr/lib/modules-load.d files, nothing in /etc, no conffiles; no build outputs)"
+	ok "dkms: make deb builds ${deb##*/} (version $debv: $ver from include/peermem_ffi.h, +git<commits>.g<hash> off a release tag; the doctor as /usr/sbin/peermem-doctor; sources, dkms.conf, /usr/lib/modprobe.d and /usr/lib/modules-load.d files, nothing in /etc, no conffiles; no build outputs)"
 else
 	notok "dkms: make deb: ${deb:-no package} ($(tail -n 3 "$scratch/deb.log" | tr '\n' '|'))"
+fi
+if [ ! -e "/lib/modules/$kfail" ]; then
+	mkdir -p "/lib/modules/$kfail/build/rust" && made_fail=1
+	printf 'CONFIG_RUST=y\n' >"/lib/modules/$kfail/build/.config"
+	: >"/lib/modules/$kfail/build/rust/libkernel.rmeta"
+	printf 'all modules:\n\t@echo "a kernel tree that cannot build" >&2; exit 1\n' >"/lib/modules/$kfail/build/Makefile"
 fi
 t0=$(date +%s)
 PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb" >"$scratch/dkms-install.log" 2>&1
 rc=$?
 t1=$(date +%s)
+if [ "$made_fail" = 1 ]; then
+	if [ "$rc" = 0 ] && grep -q "not installed for: $kfail" "$scratch/dkms-install.log" &&
+		dpkg-query -W -f '${Status}' peermem-dkms 2>/dev/null | grep -q 'install ok installed'; then
+		ok "dkms: a second kernel whose build fails ($kfail) is skipped with a message; dpkg -i succeeds and the package is configured"
+	else
+		notok "dkms: a failing kernel's build broke the install (rc $rc, status $(dpkg-query -W -f '${Status}' peermem-dkms 2>/dev/null))"
+		grep -E 'peermem-dkms' "$scratch/dkms-install.log" | tail -n 5 | sed 's/^/#   /'
+	fi
+	rm -rf "/lib/modules/${kfail:?}" && made_fail=0
+else
+	dk_skip "a failing kernel's build" "/lib/modules/$kfail existed before the test"
+fi
 log=$(dk_makelog)
 mp=/usr/lib/modprobe.d/peermem.conf ml=/usr/lib/modules-load.d/peermem.conf
 if [ "$rc" = 0 ] && dkms status "peermem/$ver" -k "$krel" 2>/dev/null | grep -q ': installed'; then
