@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--out) [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || { echo "lib/deb.sh: option --out needs a value" >&2; echo "usage: $usage" >&2; exit 2; }
 		out=$2; shift 2 ;;
-	-h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) printf 'usage: lib/deb.sh [--out DIR]\n\n'; sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "lib/deb.sh: unknown argument '$1'" >&2; echo "usage: $usage" >&2; exit 2 ;;
 	esac
 done

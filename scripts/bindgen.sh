@@ -23,7 +23,7 @@ set -euo pipefail
 
 die() { printf 'peermem: bindgen: %s\n' "$*" >&2; exit 1; }
 
-case ${1:-} in -h|--help) sed -n '4,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) printf 'usage: scripts/bindgen.sh KDIR HEADER OUTPUT [DEPFILE]\n\n'; sed -n '4,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 [ $# -ge 3 ] && [ $# -le 4 ] || { printf 'peermem: bindgen: wrong arguments\nusage: scripts/bindgen.sh KDIR HEADER OUTPUT [DEPFILE]\n' >&2; exit 2; }
 kdir=$(cd "$1" 2>/dev/null && pwd) || die "kernel build tree '$1' does not exist"
 abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$PWD" "$1" ;; esac; }

@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 	--kdir) pm_need_value 'scripts/demo.sh [--skip-setup] [--kdir DIR] [--bench [ROUNDS]] [--help]' "$@"; kdir=$2; shift 2 ;;
 	--bench) bench=1; shift
 		if [[ "${1:-}" =~ ^[0-9]+$ ]]; then bench_rounds=$1; shift; fi ;;
-	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) pm_help "$0" '^set -euo'; exit 0 ;;
 	*) pm_usage_die "unknown argument '$1'" 'scripts/demo.sh [--skip-setup] [--kdir DIR] [--bench [ROUNDS]] [--help]' ;;
 	esac
 done

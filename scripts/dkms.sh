@@ -64,7 +64,7 @@ usage_die() { printf 'peermem: dkms: %s\nusage: %s\n' "$1" "$usage" >&2; exit 2;
 # Options first: --help and usage errors touch nothing.
 cmd=${1:-}; shift || true
 case $cmd in
--h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+-h|--help) { printf 'usage: scripts/dkms.sh install|uninstall|stage ROOT [OPTION...]\n\n'; sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }; exit 0 ;;
 install|uninstall) ;;
 stage) stage_root=${1:-}; [ -n "$stage_root" ] && [[ $stage_root != --* ]] || usage_die "stage needs a directory"; shift ;;
 '') usage_die "no command" ;;
@@ -78,7 +78,7 @@ while [ $# -gt 0 ]; do
 	--no-boot-load) bootload=0; nameopt=1; shift ;;
 	--kernel) [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != --* ]] || usage_die "option --kernel needs a kernel release"
 		kernels+=("$2"); shift 2 ;;
-	-h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) { printf 'usage: scripts/dkms.sh install|uninstall|stage ROOT [OPTION...]\n\n'; sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }; exit 0 ;;
 	*) usage_die "unknown argument '$1'" ;;
 	esac
 done

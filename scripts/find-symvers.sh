@@ -56,7 +56,7 @@ while [ $# -gt 0 ]; do
 			{ printf 'error: find-symvers.sh: option %s needs a value\nusage: %s\n' "$1" "$fs_usage" >&2; exit 2; }
 		case $1 in --kdir) kdir=$2 ;; --release) release=$2 ;; --arch) arch=$2 ;; --out) out=$2 ;; --root) root=$2 ;; esac
 		shift 2 ;;
-	-h|--help) sed -n '3,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+	-h|--help) printf 'usage: scripts/find-symvers.sh [options] nvidia|ofed\n\n'; sed -n '3,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
 	nvidia|ofed) what=$1; shift ;;
 	*) printf "error: find-symvers.sh: unknown argument '%s'\nusage: %s\n" "$1" "$fs_usage" >&2; exit 2 ;;
 	esac

@@ -36,7 +36,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$PEERMEM_ROOT"
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
+usage() { pm_help "$0" '^set -euo'; exit 0; }
 rounds=100000 seconds=0 client=peermem procs=3 epochs=50 reload=5 seed=0 kernel= kdir= verbose=()
 soak_usage='scripts/soak.sh [--rounds N] [--seconds S] [--client NAME] [--procs P] [--epochs E] [--reload-every N] [--seed N] [--kernel debug|plain] [--kdir DIR] [-v] (--help)'
 need() { pm_need_value "$soak_usage" "$@"; }

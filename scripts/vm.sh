@@ -44,7 +44,7 @@ set -uo pipefail
 {
 . "$(dirname "$0")/lib.sh"
 
-usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
+usage() { pm_help "$0" '^set -uo'; exit 0; }
 bad() { printf 'peermem: error: %s\nusage: scripts/vm.sh [--kdir DIR] [OPTION...] [--] TEST... | --cmd CMD (scripts/vm.sh --help)\n' "$*" >&2; exit 2; }
 
 kdir= test_timeout=300 total_timeout= accel=${PEERMEM_VM_ACCEL:-auto} mem=2G smp=2

@@ -50,7 +50,7 @@ while [ $# -gt 0 ]; do
 	--variant) pm_need_value 'tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V | --kcsan] [-v] [--help]' "$@"; variant=$2; shift 2 ;;
 	--kcsan) kcsan=1 variant=kcsan; shift ;;
 	-v|--verbose) verbose=(-v); shift ;;
-	-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) printf 'usage: tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V | --kcsan] [-v]\n\n'; sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) pm_usage_die "unknown argument '$1'" 'tests/run-all.sh [--only AREA]... [--skip-setup] [--kdir DIR] [--variant V | --kcsan] [-v] [--help]' ;;
 	esac
 done

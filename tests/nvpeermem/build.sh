@@ -64,7 +64,7 @@ while [ $# -gt 0 ]; do
 		pm_need_value "$usage" "$@"
 		case $1 in --kdir) kdir=$2 ;; --llvm) llvm=$2 ;; --import-git) import_git=$2 ;; --tag) import_tag=$2 ;; --calibration) calibration=$2 ;; esac
 		shift 2 ;;
-	-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) printf 'usage: %s\n\n' "$usage"; sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "nvpeermem: error: unknown argument '$1'; usage: $usage" >&2; exit 2 ;;
 	esac
 done

@@ -113,7 +113,8 @@ else
 	skip "make without bindgen on PATH (needs the Makefile and a built rig kernel)"
 fi
 
-# Every user-facing script: --help prints its usage and exit 0 and does
+# Every user-facing script: --help prints its usage (a `usage:` line
+# first) and exit 0 and does
 # nothing else (stand-ins for apt-get, sudo, make, dkms, qemu, modprobe and
 # friends record any call; a fresh $PEERMEM_CACHE must stay empty); an
 # unknown option and an option without its value get a usage line and exit
@@ -128,8 +129,8 @@ while IFS='|' read -r sc vopt; do
 	[ -f "$sc" ] || { not_ok "$sc exists"; continue; }
 	: > "$tmp/sidefx/calls"; rm -rf "$tmp/sidefx/cache"
 	out=$(PEERMEM_CACHE="$tmp/sidefx/cache" PATH="$tmp/sidefx/bin:$PATH" timeout 30 bash "$sc" --help 2>&1); rc=$?
-	if [ "$rc" = 0 ] && grep -q "${sc##*/}" <<<"$out" && [ ! -s "$tmp/sidefx/calls" ] && [ ! -e "$tmp/sidefx/cache" ]; then
-		ok "$sc --help: usage, exit 0, no side effect"
+	if [ "$rc" = 0 ] && head -n 1 <<<"$out" | grep -q "^usage: .*${sc##*/}" && [ ! -s "$tmp/sidefx/calls" ] && [ ! -e "$tmp/sidefx/cache" ]; then
+		ok "$sc --help: a usage line first, exit 0, no side effect"
 	else
 		not_ok "$sc --help: usage naming the script, exit 0, no side effect (exit $rc; calls: $(tr '\n' ';' < "$tmp/sidefx/calls"); cache $([ -e "$tmp/sidefx/cache" ] && echo created || echo untouched))"
 		head -n 5 <<<"$out" | sed 's/^/#   | /'
