@@ -103,6 +103,38 @@ PFN_ROWS = [
 
 
 RUN_ROUNDS = 100000  # round numbers of run k start at k * RUN_ROUNDS
+SAMPLE_COLUMNS = ["figure", "param", "side", "round", "run", "value"]
+
+
+def load_doc(f):
+    """A bench-results.json; its samples as dicts whether stored as a list
+    of dicts (older files) or as columns and rows (dump_doc)."""
+    doc = json.load(f)
+    smp = doc.get("samples")
+    if isinstance(smp, dict) and "columns" in smp:
+        cols, names = smp["columns"], smp.get("names", {})
+        doc["samples"] = [{c: (names[c][v] if c in names else v) for c, v in zip(cols, r)}
+                          for r in smp["rows"]]
+    return doc
+
+
+def dump_doc(doc, f):
+    """Writes doc with its samples as rows of columns (figure, param and
+    side by index into their names), values to 4 significant digits: a
+    quarter of the size of one dict per sample."""
+    out = dict(doc)
+    # figure, param and side as indexes into their lists of names.
+    names = {c: sorted({s[c] for s in doc["samples"]}) for c in ("figure", "param", "side")}
+    index = {c: {n: i for i, n in enumerate(v)} for c, v in names.items()}
+
+    def cell(s, c):
+        if c in index:
+            return index[c][s[c]]
+        return float("%.4g" % s["value"]) if c == "value" else s.get(c)
+    out["samples"] = {"columns": SAMPLE_COLUMNS, "names": names,
+                      "rows": [[cell(s, c) for c in SAMPLE_COLUMNS] for s in doc["samples"]]}
+    json.dump(out, f, separators=(",", ":"))
+    f.write("\n")
 
 
 def pct(v, q):
@@ -507,8 +539,7 @@ def cmd_results(argv):
     if pfn:
         doc["pfnmap"] = pfn
     with open(out, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+        dump_doc(doc, f)
 
 
 def cmd_plot(path, png):
@@ -517,7 +548,7 @@ def cmd_plot(path, png):
     import matplotlib.pyplot as plt
 
     with open(path) as f:
-        doc = json.load(f)
+        doc = load_doc(f)
     summ = doc["summary"]
     params = sizes(doc)
     fig, ax = plt.subplots(figsize=(7, 4.8))
@@ -559,7 +590,7 @@ def cmd_plot_pfn(path, png):
     import matplotlib.pyplot as plt
 
     with open(path) as f:
-        doc = json.load(f)
+        doc = load_doc(f)
     pfn = doc.get("pfnmap")
     if not pfn:
         sys.exit("report.py plot-pfn: %s has no bench_pfnmap figures" % path)
@@ -596,9 +627,9 @@ def cmd_plot_pfn(path, png):
 
 def cmd_distortion(plain, debug, markdown=False):
     with open(plain) as f:
-        a = json.load(f)
+        a = load_doc(f)
     with open(debug) as f:
-        b = json.load(f)
+        b = load_doc(f)
     head = ["figure", "pm/nv plain", "pm/nv debug", "pm/floor plain", "pm/floor debug"]
     lines = []
     for fig, p, label, unit, better in rows(a):
@@ -631,9 +662,9 @@ def cmd_compare(before, after, markdown=False, only=None):
     within-run ratios pm/nv and pm/floor of each run. only: figure names
     (comma-separated) to keep, in the table's order."""
     with open(before) as f:
-        a = json.load(f)
+        a = load_doc(f)
     with open(after) as f:
-        b = json.load(f)
+        b = load_doc(f)
     keep = set(only.split(",")) if only else None
     head = ["figure", "peermem before", "peermem after", "after/before",
             "nv after/before", "pm/nv before", "pm/nv after", "pm/floor before", "pm/floor after",
@@ -824,7 +855,7 @@ def pin_share(summ, kind, size, call, page):
 
 def cmd_pincost(path, markdown=False):
     with open(path) as f:
-        doc = json.load(f)
+        doc = load_doc(f)
     summ = doc["summary"]
     nv = doc.get("nv_client") or "nvidia-peermem"
     head = ["pin cost (per call + per 64 KiB page)", "size", "registration", "peermem", nv, "floor",
@@ -878,7 +909,7 @@ def cmd_plot_pincost(path, png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     with open(path) as f:
-        doc = json.load(f)
+        doc = load_doc(f)
     summ = doc["summary"]
     params = pincost_params(doc)
     nv = doc.get("nv_client") or "nvidia-peermem"
@@ -931,7 +962,7 @@ def scale_ns(doc, fig):
 
 def cmd_scaling(path, markdown=False):
     with open(path) as f:
-        doc = json.load(f)
+        doc = load_doc(f)
     summ = doc["summary"]
     head = ["figure", "live MRs N", "peermem", "nvidia-peermem", "pm/nv",
             "pm/nv per round (p25-p75)", "peermem / its N=1", "nvidia-peermem / its N=1"]
@@ -977,7 +1008,7 @@ def cmd_plot_scaling(path, png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     with open(path) as f:
-        doc = json.load(f)
+        doc = load_doc(f)
     summ = doc["summary"]
     figs = [("scale_regdereg_s", "reg + dereg of one more 64 KiB MR"),
             ("scale_free_revoke_s", "GPU free -> revoked, one more MR"),
@@ -1072,7 +1103,7 @@ def cmd_ratios(paths, markdown=False):
     lines = []
     for path in paths:
         with open(path) as f:
-            doc = json.load(f)
+            doc = load_doc(f)
         row = [path.replace("docs/bench/", ""), str(doc.get("rounds", "?")), str(doc.get("nv_rm_lock", "0"))]
         for p in ("64K", "2M", "64M", "512M"):
             r = ratio(doc["summary"], "regdereg_s/" + p, "peermem", "nvidia-peermem")
@@ -1304,7 +1335,7 @@ def main():
         cmd_results(argv)
     elif cmd == "table" and len(argv) == 1:
         with open(argv[0]) as f:
-            doc = json.load(f)
+            doc = load_doc(f)
         if has_peer_figures(doc):
             print(table(doc, md))
             print()
