@@ -35,7 +35,8 @@
  * of the checkout it was built from, the BUILD_ID file of a DKMS/package
  * source tree, or "unknown" (Kbuild decides, rust/helpers.c holds it).
  */
-extern const char peermem_build[];
+#define PEERMEM_BUILD_LEN 64
+extern const char peermem_build[PEERMEM_BUILD_LEN];
 
 /* ---- Module parameters (read-only once the module is loaded) */
 

@@ -36,7 +36,7 @@
 
 MODULE_VERSION(PEERMEM_VERSION);
 MODULE_INFO(build, PEERMEM_BUILD);
-const char peermem_build[] = PEERMEM_BUILD;
+const char peermem_build[PEERMEM_BUILD_LEN] = PEERMEM_BUILD;
 MODULE_AUTHOR("The peermem authors");
 
 /* ---- Module parameters */

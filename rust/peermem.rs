@@ -143,7 +143,11 @@ impl kernel::Module for PeerMem {
         };
         this.loaded = true;
         let params = &this.params;
-        pr_info!("version {} (build {}) loaded\n", kapi::VERSION, kapi::build());
+        pr_info!(
+            "version {} (build {}) loaded\n",
+            kapi::VERSION,
+            kapi::build()
+        );
         if this.core.is_some() {
             pr_info!(
                 "registered as peer-memory client {} (invalidating: freed GPU memory is revoked from RDMA{})\n",

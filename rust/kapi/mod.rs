@@ -92,10 +92,16 @@ use kernel::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 /// The build's identity (`git describe` of its source, or "unknown"):
 /// `peermem_build` in `rust/helpers.c`.
 pub(crate) fn build() -> &'static str {
-    // SAFETY: `peermem_build` is a NUL-terminated array of static storage
-    // that nothing writes (`rust/helpers.c`).
-    let id = unsafe { core::ffi::CStr::from_ptr(raw::peermem_build.as_ptr().cast()) };
-    id.to_str().unwrap_or("unknown")
+    // SAFETY: `peermem_build` is an array of static storage that nothing
+    // writes (`rust/helpers.c`); its bytes are plain `char`s.
+    let bytes: &'static [u8] = unsafe {
+        core::slice::from_raw_parts(
+            raw::peermem_build.as_ptr().cast::<u8>(),
+            raw::peermem_build.len(),
+        )
+    };
+    let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    core::str::from_utf8(&bytes[..len]).unwrap_or("unknown")
 }
 
 /// peermem's version (`PEERMEM_VERSION` in `include/peermem_ffi.h`).
