@@ -138,14 +138,16 @@ fi
 
 # 3./4. the kernel's own rustc and bindgen (plain or Ubuntu's versioned name)
 # tool NAME WANT-TEXT: the first of NAME, NAME-<major.minor> whose
-# --version prints WANT (bindgen: the same version number); prints it.
+# --version prints WANT (rustc: exactly, as the Makefile demands; bindgen:
+# the same version number); prints it.
 tool() {
 	local name=$1 want=$2 v mm c out
 	v=$(awk '{ print $2 }' <<<"$want"); mm=$(cut -d. -f1-2 <<<"$v")
 	for c in "$name" "$name-$mm"; do
 		command -v "$c" >/dev/null 2>&1 || continue
 		out=$("$c" --version 2>/dev/null | head -n 1)
-		if [ "$out" = "$want" ] || [ "$(awk '{ print $2 }' <<<"$out")" = "$v" ]; then echo "$c"; return 0; fi
+		if [ "$out" = "$want" ]; then echo "$c"; return 0; fi
+		if [ "$name" != rustc ] && [ "$(awk '{ print $2 }' <<<"$out")" = "$v" ]; then echo "$c"; return 0; fi
 	done
 	return 1
 }

@@ -32,3 +32,19 @@ tc_make
 if [ "$trc" != 0 ] && ! grep -q 'rustc' <<<"$tout" && grep -q "no NVIDIA driver exports for kernel $trel" <<<"$tout"; then
 	ok "make: takes Ubuntu's rustc-1.92 by itself (the next check, the NVIDIA symbols, is what stops it)"
 else notok "make: versioned rustc (rc $trc): $tout"; fi
+
+# The doctor judges the kernel's rustc as the Makefile does: the same
+# version number with another --version text (another build of 1.92.0) is
+# not the kernel's compiler for either of them.
+mkdir -p "$scratch/tc-root/lib/modules/$trel" "$scratch/tc-bin2"
+ln -sfn "$tk" "$scratch/tc-root/lib/modules/$trel/build"
+printf '#!/bin/sh\necho "rustc 1.92.0 (0123456ab 2025-11-30)"\n' >"$scratch/tc-bin2/rustc-1.92"
+chmod +x "$scratch/tc-bin2/rustc-1.92"
+dout=$(PATH="$scratch/tc-bin2:$PATH" bash "$PEERMEM_ROOT/scripts/doctor.sh" --root "$scratch/tc-root" --release "$trel" 2>&1)
+tout=$(cd "$scratch" && PATH="$scratch/tc-bin2:$PATH" PEERMEM_SYSROOT=$scratch/tc-root make -s -C "$PEERMEM_ROOT" KDIR="$tk" LLVM=1 RUSTC=rustc-1.92 modules 2>&1)
+if grep -q '^FAIL  rustc: the kernel was built with rustc 1.92.0 (ded5c06cf 2025-12-08)' <<<"$dout" &&
+	grep -q 'is not the "rustc 1.92.0 (ded5c06cf 2025-12-08)" that built KDIR' <<<"$tout"; then
+	ok "doctor and make agree: rustc 1.92.0 of another build (another --version text) is not the kernel's compiler"
+else
+	notok "doctor and make disagree on a rustc of the same version, another build: doctor '$(grep 'rustc:' <<<"$dout")'; make '$(tail -n 1 <<<"$tout")'"
+fi
