@@ -165,22 +165,27 @@ void peermem_work_free(struct peermem_work *w);
  * notifier may call hold(reg) until then.
  */
 struct peermem_watch;
-typedef const void *(*peermem_watch_hold_t)(const void *reg);
 typedef void (*peermem_watch_changed_t)(const void *ref);
+/*
+ * The interval notifier's invalidate(), forwarded as is: the policy (which
+ * invalidation revokes, what it is reported as, when a call that may not
+ * block goes ahead) is Rust's. range: the struct mmu_notifier_range.
+ */
+typedef bool (*peermem_watch_invalidate_t)(struct peermem_watch *w,
+					   const void *range,
+					   unsigned long cur_seq);
 
 /* Once at load, before any watch: the callbacks and the work queue (-ENOMEM). */
-int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t changed);
+int peermem_watch_setup(peermem_watch_changed_t changed,
+			peermem_watch_invalidate_t invalidate);
 /*
- * Revocation events: fired(reg, how) is called from the notifier itself,
- * synchronously, once per watch, just before its work item is queued:
- * possibly not allowed to sleep, so it may neither sleep nor allocate.
- * how: PEERMEM_WATCH_UNMAPPED (munmap, mmap(MAP_FIXED) over the range,
- * any other unmap) or PEERMEM_WATCH_MOVED (the unmapping thread is in
- * mremap); a blocking watch (which fires on every invalidation) also
- * PEERMEM_WATCH_EXITING (the address space is being torn down),
- * PEERMEM_WATCH_PROTECTED (mprotect) and PEERMEM_WATCH_ZAPPED (anything
- * else: the driver that mapped the range zapped it, unmap_mapping_range).
- * Set once at load, before any watch starts; NULL: not called.
+ * Revocation events: how a watch fired. PEERMEM_WATCH_UNMAPPED (munmap,
+ * mmap(MAP_FIXED) over the range, any other unmap) or PEERMEM_WATCH_MOVED
+ * (the unmapping thread is in mremap); a blocking watch (which fires on
+ * every invalidation) also PEERMEM_WATCH_EXITING (the address space is
+ * being torn down), PEERMEM_WATCH_PROTECTED (mprotect) and
+ * PEERMEM_WATCH_ZAPPED (anything else: the driver that mapped the range
+ * zapped it, unmap_mapping_range).
  */
 enum peermem_watch_how {
 	PEERMEM_WATCH_UNMAPPED = 0,
@@ -189,8 +194,37 @@ enum peermem_watch_how {
 	PEERMEM_WATCH_PROTECTED = 3,
 	PEERMEM_WATCH_ZAPPED = 4,
 };
-typedef void (*peermem_watch_fired_t)(const void *reg, unsigned int how);
-void peermem_watch_set_fired(peermem_watch_fired_t fired);
+/* enum mmu_notifier_event's values (helpers.c asserts they are the kernel's). */
+enum peermem_mmu_event {
+	PEERMEM_MMU_UNMAP = 0,
+	PEERMEM_MMU_CLEAR = 1,
+	PEERMEM_MMU_PROTECTION_VMA = 2,
+	PEERMEM_MMU_PROTECTION_PAGE = 3,
+	PEERMEM_MMU_SOFT_DIRTY = 4,
+	PEERMEM_MMU_RELEASE = 5,
+};
+/* System-call numbers of this architecture (native calls). */
+extern const long peermem_nr_mremap;
+extern const long peermem_nr_ioctl;
+/* Readings for the invalidate policy (one-line wrappers of inlines). */
+unsigned int peermem_range_event(const void *range);
+bool peermem_range_mm_alive(const void *range);	/* mm_users != 0 */
+bool peermem_range_blockable(const void *range);
+bool peermem_range_mm_is_current(const void *range);
+bool peermem_current_kthread(void);
+bool peermem_current_compat(void);	/* in_compat_syscall() */
+long peermem_current_syscall_nr(void);
+/* Watch state for the invalidate policy. */
+bool peermem_watch_is_blocking(struct peermem_watch *w);
+const void *peermem_watch_owner(struct peermem_watch *w);
+void peermem_watch_set_seq(struct peermem_watch *w, unsigned long cur_seq);
+bool peermem_watch_test_and_set_fired(struct peermem_watch *w);
+/* A blocking watch's work item returned (completion_done()). */
+bool peermem_watch_revoke_done(struct peermem_watch *w);
+/* Queue the work item that calls changed(ref). */
+void peermem_watch_queue(struct peermem_watch *w, const void *ref);
+/* Wait until a blocking watch's work item returned. */
+void peermem_watch_wait_revoked(struct peermem_watch *w);
 /* At unload, after every watch was stopped: runs the queued work items. */
 void peermem_watch_teardown(void);
 /* Whether watches are made (CONFIG_MMU_NOTIFIER and the mmu_notifier parameter). */

@@ -242,19 +242,14 @@ struct peermem_watch {
 };
 
 static struct workqueue_struct *peermem_wq;
-static peermem_watch_hold_t peermem_watch_hold;
 static peermem_watch_changed_t peermem_watch_changed;
-static peermem_watch_fired_t peermem_watch_fired;	/* revocation events */
+static peermem_watch_invalidate_t peermem_watch_invalidate_rs;
 
-void peermem_watch_set_fired(peermem_watch_fired_t fired)
+int peermem_watch_setup(peermem_watch_changed_t changed,
+			peermem_watch_invalidate_t invalidate)
 {
-	peermem_watch_fired = fired;
-}
-
-int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t changed)
-{
-	peermem_watch_hold = hold;
 	peermem_watch_changed = changed;
+	peermem_watch_invalidate_rs = invalidate;
 	/*
 	 * WQ_MEM_RECLAIM: a blocking PFN invalidation (munmap, an exporter's
 	 * zap, which reclaim can cause) waits for its work item holding the
@@ -336,55 +331,17 @@ static void peermem_watch_work(struct work_struct *work)
 		complete_all(&w->revoked);
 }
 
-static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
-					      const struct mmu_notifier_range *range,
-					      unsigned long cur_seq);
-
 /*
- * Revocation events: mremap unmaps the old range with the same
- * MMU_NOTIFY_UNMAP as munmap and mmap(MAP_FIXED), so tell them apart by
- * the system call of the thread doing it (the notifier runs in that
- * thread). Anything else is an unmap.
- */
-static unsigned int peermem_unmap_how(const struct mmu_notifier_range *range)
-{
-	if ((current->flags & PF_KTHREAD) || current->mm != range->mm ||
-	    in_compat_syscall())
-		return PEERMEM_WATCH_UNMAPPED;
-	if (syscall_get_nr(current, task_pt_regs(current)) == __NR_mremap)
-		return PEERMEM_WATCH_MOVED;
-	return PEERMEM_WATCH_UNMAPPED;
-}
-
-/*
- * Called with the mm's invalidation in progress, possibly not allowed to
- * sleep: queue the work and return. Only an unmap (munmap, the old range
- * of mremap, MAP_FIXED over it) changes what the addresses mean; a
- * protection change, soft-dirty tracking or a driver zapping its PTEs does
- * not, and an exiting process's teardown is followed by the close of its
- * files, which deregisters.
+ * The notifier's policy (which invalidation revokes, what it is reported
+ * as, when a call that may not block goes ahead) is Rust's
+ * (rust/kapi/mmu_notifier.rs); this forwards the call.
  */
 static bool peermem_watch_invalidate(struct mmu_interval_notifier *mni,
 				     const struct mmu_notifier_range *range,
 				     unsigned long cur_seq)
 {
-	struct peermem_watch *w = container_of(mni, struct peermem_watch, mni);
-
-	if (w->blocking)
-		return peermem_watch_invalidate_blocking(w, range, cur_seq);
-	mmu_interval_set_seq(mni, cur_seq);
-	if (range->event != MMU_NOTIFY_UNMAP)
-		return true;
-	if (!atomic_read(&range->mm->mm_users))
-		return true;
-	if (test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags))
-		return true;
-	/* Revocation events: before the work item, so before the invalidate. */
-	if (peermem_watch_fired)
-		peermem_watch_fired(w->reg, peermem_unmap_how(range));
-	w->work_ref = peermem_watch_hold(w->reg);
-	queue_work(peermem_wq, &w->work);
-	return true;
+	return peermem_watch_invalidate_rs(container_of(mni, struct peermem_watch, mni),
+					   range, cur_seq);
 }
 
 static const struct mmu_interval_notifier_ops peermem_watch_ops = {
@@ -440,124 +397,86 @@ void peermem_watch_stop(struct peermem_watch *w)
 	mutex_unlock(&w->lock);
 }
 
-/* ---- Blocking watches (the PFN-map source) */
+/* ---- Accessors for the notifier's policy (in Rust) */
 
-/*
- * A blocking watch fires on every invalidation of its range (unmap, the
- * exporting driver's unmap_mapping_range, mprotect, process exit; not the
- * soft-dirty reset, which changes nothing there: see
- * peermem_blocking_ignores()), and the
- * notifier call returns only once changed() has returned: the registration
- * is revoked through the core before the kernel goes on to change what the
- * range maps. Memory the PFN-map source serves holds no reference, so the
- * revocation must be done by then (docs/module.md, "PFN-mapped memory").
- *
- * changed() runs in the work item, not in this call: the core's invalidate
- * takes the umem's mapping lock, which the core holds across allocations,
- * and mmu notifier calls are (for lockdep) nested in reclaim. That order
- * cannot deadlock here: only VM_PFNMAP ranges that are not copy-on-write
- * get a blocking watch's first invalidation with a ticket (the PFN source
- * checks that under the mmap lock), reclaim never unmaps such a range, and
- * the later calls return at once. The wait is a completion, which lockdep
- * does not follow. A call that may not block (the OOM reaper; it skips
- * VM_PFNMAP, but not the anonymous memory a process mapped over a revoked
- * range) returns false, as the interval-notifier API requires, while the
- * revocation is to come or under way; once it is done, every call returns
- * true at once, blockable or not (else the reaper could never reap what
- * the process mapped there since).
- */
-/* Revocation events: what a blocking watch's invalidation is. */
-static unsigned int peermem_blocking_how(const struct mmu_notifier_range *range)
+static_assert((int)PEERMEM_MMU_UNMAP == (int)MMU_NOTIFY_UNMAP);
+static_assert((int)PEERMEM_MMU_CLEAR == (int)MMU_NOTIFY_CLEAR);
+static_assert((int)PEERMEM_MMU_PROTECTION_VMA == (int)MMU_NOTIFY_PROTECTION_VMA);
+static_assert((int)PEERMEM_MMU_PROTECTION_PAGE == (int)MMU_NOTIFY_PROTECTION_PAGE);
+static_assert((int)PEERMEM_MMU_SOFT_DIRTY == (int)MMU_NOTIFY_SOFT_DIRTY);
+static_assert((int)PEERMEM_MMU_RELEASE == (int)MMU_NOTIFY_RELEASE);
+const long peermem_nr_mremap = __NR_mremap;
+const long peermem_nr_ioctl = __NR_ioctl;
+
+unsigned int peermem_range_event(const void *range)
 {
-	/* exit_mmap(): MMU_NOTIFY_RELEASE to interval notifiers, then unmaps. */
-	if (range->event == MMU_NOTIFY_RELEASE || !atomic_read(&range->mm->mm_users))
-		return PEERMEM_WATCH_EXITING;
-	switch (range->event) {
-	case MMU_NOTIFY_UNMAP:
-		return peermem_unmap_how(range);
-	case MMU_NOTIFY_PROTECTION_VMA:
-	case MMU_NOTIFY_PROTECTION_PAGE:
-		return PEERMEM_WATCH_PROTECTED;
-	case MMU_NOTIFY_CLEAR:
-		/*
-		 * Page-table entries cleared: of a VM_PFNMAP mapping that is not
-		 * copy-on-write only by its driver, unmap_mapping_range() or
-		 * zap_vma_ptes() (madvise(MADV_DONTNEED) refuses VM_PFNMAP).
-		 */
-		return PEERMEM_WATCH_ZAPPED;
-	default:
-		/*
-		 * MMU_NOTIFY_MIGRATE, _EXCLUSIVE: migrate_vma_setup() refuses
-		 * VM_SPECIAL mappings and make_device_exclusive() finds pages
-		 * with get_user_pages(), which refuses VM_PFNMAP, so neither
-		 * reaches a range this watch covers; were one to (or an event
-		 * a later kernel adds), the PFNs are no longer known good: it
-		 * revokes like the driver's zap, and is reported so
-		 * (docs/module.md, "Revocation events").
-		 */
-		return PEERMEM_WATCH_ZAPPED;
-	}
+	return ((const struct mmu_notifier_range *)range)->event;
 }
 
-/*
- * Invalidations that change nothing a blocking watch's range maps (the
- * watch covers only VM_PFNMAP mappings until it fires):
- *  - the soft-dirty reset of /proc/pid/clear_refs invalidates the whole
- *    address space (MMU_NOTIFY_SOFT_DIRTY, "still same page and same
- *    access flags") and then skips VM_PFNMAP mappings
- *    (clear_refs_test_walk), whose entries it never touches;
- *  - PAGEMAP_SCAN's write-protect request (PM_SCAN_WP_MATCHING, an ioctl()
- *    of /proc/pid/pagemap) invalidates the whole range it was asked for
- *    with MMU_NOTIFY_PROTECTION_VMA and then skips every mapping without
- *    userfaultfd write-protection, VM_PFNMAP ones among them
- *    (pagemap_scan_test_walk). No ioctl() changes the protection of a
- *    VM_PFNMAP mapping (also not another process's, through its pagemap):
- *    userfaultfd's write-protect works per mapping and
- *    never on VM_PFNMAP ones; mprotect() is a system call of its own. A
- *    32-bit compat task's ioctl() is not told apart: it revokes, as before.
- */
-static bool peermem_blocking_ignores(const struct mmu_notifier_range *range)
+bool peermem_range_mm_alive(const void *range)
 {
-	if (range->event == MMU_NOTIFY_SOFT_DIRTY)
-		return true;
-	return range->event == MMU_NOTIFY_PROTECTION_VMA &&
-	       !(current->flags & PF_KTHREAD) &&
-	       !in_compat_syscall() &&
-	       syscall_get_nr(current, task_pt_regs(current)) == __NR_ioctl;
+	return atomic_read(&((const struct mmu_notifier_range *)range)->mm->mm_users);
 }
 
-static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
-					      const struct mmu_notifier_range *range,
-					      unsigned long cur_seq)
+bool peermem_range_blockable(const void *range)
 {
-	/*
-	 * Revoked already (the work item returned): nothing left to wait
-	 * for, so a call that may not block (the OOM reaper of the memory
-	 * the process mapped over the range since) goes ahead.
-	 */
-	if (test_bit(PEERMEM_WATCH_FIRED, &w->flags) && completion_done(&w->revoked)) {
-		mmu_interval_set_seq(&w->mni, cur_seq);
-		return true;
-	}
-	/*
-	 * Not a change of the range: no revocation, and the sequence stays
-	 * (what a registration reads meanwhile is still good).
-	 */
-	if (peermem_blocking_ignores(range))
-		return true;
-	if (!mmu_notifier_range_blockable(range))
-		return false;
+	return mmu_notifier_range_blockable(range);
+}
+
+bool peermem_range_mm_is_current(const void *range)
+{
+	return current->mm == ((const struct mmu_notifier_range *)range)->mm;
+}
+
+bool peermem_current_kthread(void)
+{
+	return current->flags & PF_KTHREAD;
+}
+
+bool peermem_current_compat(void)
+{
+	return in_compat_syscall();
+}
+
+long peermem_current_syscall_nr(void)
+{
+	return syscall_get_nr(current, task_pt_regs(current));
+}
+
+bool peermem_watch_is_blocking(struct peermem_watch *w)
+{
+	return READ_ONCE(w->blocking);
+}
+
+const void *peermem_watch_owner(struct peermem_watch *w)
+{
+	return w->reg;
+}
+
+void peermem_watch_set_seq(struct peermem_watch *w, unsigned long cur_seq)
+{
 	mmu_interval_set_seq(&w->mni, cur_seq);
-	if (!test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags)) {
-		/* Revocation events: before the work item's invalidate. */
-		if (peermem_watch_fired)
-			peermem_watch_fired(w->reg, peermem_blocking_how(range));
-		w->work_ref = peermem_watch_hold(w->reg);
-		queue_work(peermem_wq, &w->work);
-	}
-	/* Also a concurrent second invalidation waits for the first one's work. */
+}
+
+bool peermem_watch_test_and_set_fired(struct peermem_watch *w)
+{
+	return test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags);
+}
+
+bool peermem_watch_revoke_done(struct peermem_watch *w)
+{
+	return completion_done(&w->revoked);
+}
+
+void peermem_watch_queue(struct peermem_watch *w, const void *ref)
+{
+	w->work_ref = ref;
+	queue_work(peermem_wq, &w->work);
+}
+
+void peermem_watch_wait_revoked(struct peermem_watch *w)
+{
 	wait_for_completion(&w->revoked);
-	return true;
 }
 
 void peermem_watch_set_blocking(struct peermem_watch *w)
