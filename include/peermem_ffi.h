@@ -266,22 +266,10 @@ bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq);
  */
 bool peermem_watch_has_fired(struct peermem_watch *w);
 
-/* ---- Free-callback references: id -> reference, one owner */
+/* ---- Free-callback references (rust/kapi/cbref.rs): the registry's spinlock */
 
-/*
- * Store ref (non-NULL, 4-byte aligned: an Arc raw pointer) under a new id,
- * never handed out before and never again, written to *id (non-zero).
- * Returns 0, -ENOMEM, -EOVERFLOW (ids exhausted) or -EINVAL (bad args).
- */
-int peermem_cbref_insert(const void *ref, u64 *id);
-/*
- * Remove the entry for id and return its reference, or NULL if there is
- * none (someone removed it before). Atomic: of all callers for one id,
- * exactly one gets the reference. Any context.
- */
-const void *peermem_cbref_take(u64 id);
-/* Number of entries left (for the unload check). */
-u64 peermem_cbrefs_left(void);
+void peermem_cbrefs_lock(void);
+void peermem_cbrefs_unlock(void);
 
 /* ---- debugfs: /sys/kernel/debug/peermem/ */
 

@@ -17,7 +17,6 @@
 #include <linux/err.h>
 #include <linux/fs.h>
 #include <linux/kstrtox.h>
-#include <linux/hashtable.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
 #include <linux/module.h>
@@ -544,93 +543,18 @@ void peermem_watch_free(struct peermem_watch *w)
 	kfree(w);
 }
 
-/* ---- Free-callback references */
+/* ---- Free-callback references: the registry's lock (rust/kapi/cbref.rs) */
 
-/*
- * id -> the free callback's reference (an Arc<Registration> raw pointer).
- * Ids come from a 64-bit counter and are never reused, so a callback that
- * arrives late with an id whose entry is gone can never find another
- * registration's entry. Whoever removes an entry owns its reference.
- *
- * A hash table of small nodes under a spinlock (issue 26): every
- * registration inserts one entry and removes it again. In an xarray the
- * ever-growing ids made each insert build a fresh path of nodes (up to
- * three 576-byte nodes, zeroed) and each removal of the last entry free
- * them through RCU, one call_rcu() per node: grace periods the
- * registering CPU then paid for in softirq time. Here an entry is one
- * 40-byte allocation, freed at once (lookups and removals hold the lock,
- * so nobody can still be reading it).
- */
-#define PEERMEM_CBREF_BITS 10
-static DEFINE_HASHTABLE(peermem_cbrefs, PEERMEM_CBREF_BITS);
-static DEFINE_SPINLOCK(peermem_cbrefs_lock);
-static atomic64_t peermem_cbref_last = ATOMIC64_INIT(0);
+static DEFINE_SPINLOCK(peermem_cbrefs_spin);
 
-struct peermem_cbref {
-	struct hlist_node node;
-	u64 id;
-	const void *ref;
-};
-
-int peermem_cbref_insert(const void *ref, u64 *id)
+void peermem_cbrefs_lock(void)
 {
-	struct peermem_cbref *e;
-	u64 n;
-
-	if (!ref || !id || ((uintptr_t)ref & 3))
-		return -EINVAL;
-	e = kmalloc(sizeof(*e), GFP_KERNEL);
-	if (!e)
-		return -ENOMEM;
-	n = atomic64_inc_return(&peermem_cbref_last);
-	/* Only reachable where unsigned long is 32 bits, after 4 G pins. */
-	if (n > ULONG_MAX) {
-		kfree(e);
-		return -EOVERFLOW;
-	}
-	e->id = n;
-	e->ref = ref;
-	spin_lock(&peermem_cbrefs_lock);
-	hash_add(peermem_cbrefs, &e->node, n);
-	spin_unlock(&peermem_cbrefs_lock);
-	*id = n;
-	return 0;
+	spin_lock(&peermem_cbrefs_spin);
 }
 
-const void *peermem_cbref_take(u64 id)
+void peermem_cbrefs_unlock(void)
 {
-	struct peermem_cbref *e, *found = NULL;
-	const void *ref = NULL;
-
-	if (!id || id > ULONG_MAX)
-		return NULL;
-	spin_lock(&peermem_cbrefs_lock);
-	hash_for_each_possible(peermem_cbrefs, e, node, id) {
-		if (e->id == id) {
-			hash_del(&e->node);
-			found = e;
-			break;
-		}
-	}
-	spin_unlock(&peermem_cbrefs_lock);
-	if (found) {
-		ref = found->ref;
-		kfree(found);
-	}
-	return ref;
-}
-
-u64 peermem_cbrefs_left(void)
-{
-	struct peermem_cbref *e;
-	unsigned int bkt;
-	u64 n = 0;
-
-	spin_lock(&peermem_cbrefs_lock);
-	hash_for_each(peermem_cbrefs, bkt, e, node)
-		n++;
-	spin_unlock(&peermem_cbrefs_lock);
-	return n;
+	spin_unlock(&peermem_cbrefs_spin);
 }
 
 /* ---- debugfs */
