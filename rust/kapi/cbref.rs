@@ -18,7 +18,7 @@ use super::global_lock::{CbrefsLock, EventsLocked};
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::alloc::flags::GFP_KERNEL;
-use kernel::error::{code::*, Result};
+use kernel::error::Result;
 use kernel::rbtree::{RBTree, RBTreeNodeReservation};
 use kernel::sync::Arc;
 
@@ -47,7 +47,7 @@ impl<T: Send + Sync> CallbackRef<T> {
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let id = LAST_ID.fetch_add(1, Ordering::Relaxed) + 1;
         if id > super::c_ulong::MAX as u64 {
-            return Err(EOVERFLOW);
+            return Err(super::eoverflow());
         }
         let node = node.into_node(id, Arc::into_raw(obj) as usize);
         // Ids are never reused, so nothing is replaced.
