@@ -309,15 +309,18 @@ void peermem_debugfs_add_counter(void *dir, const char *name, const void *counte
  */
 void peermem_debugfs_add_knob(const char *name, u32 *value);
 
-/* What a write to an action file does (see peermem_debugfs_add_action()). */
-typedef void (*peermem_action_t)(void);
+/*
+ * A write to an action file (see peermem_debugfs_add_action()): buf is the
+ * user's buffer (__user), len its length; returns len or -errno.
+ */
+typedef ssize_t (*peermem_action_write_t)(const char *buf, size_t len);
 
 /*
- * Add the root-only write-only file NAME (as above): writing 1 to it calls
- * action (process context, no lock held); any other value fails with
- * EINVAL. action must stay valid until peermem_debugfs_remove() returned.
+ * Add the root-only write-only file NAME (as above): a write() is handed to
+ * write (process context, no lock held), which decides what it does.
+ * write must stay valid until peermem_debugfs_remove() returned.
  */
-void peermem_debugfs_add_action(const char *name, peermem_action_t action);
+void peermem_debugfs_add_action(const char *name, peermem_action_write_t write);
 
 /*
  * Add the read-only file NAME (as above) showing *value in hexadecimal

@@ -16,7 +16,6 @@
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
 #include <linux/fs.h>
-#include <linux/kstrtox.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
 #include <linux/module.h>
@@ -614,31 +613,13 @@ void peermem_debugfs_add_knob(const char *name, u32 *value)
 	debugfs_create_u32(name, 0600, peermem_dir, value);
 }
 
+/* What the write means is Rust's (rust/kapi/debugfs.rs). */
 static ssize_t peermem_action_write(struct file *file, const char __user *buf,
 				    size_t len, loff_t *ppos)
 {
-	peermem_action_t action = file->private_data;
-	char text[16] = "";
-	loff_t pos = 0;
-	unsigned int v;
-	ssize_t n;
-	int ret;
+	peermem_action_write_t write = file->private_data;
 
-	/* Each write is a whole value ("1" or "1\n"), wherever the file position is. */
-	if (len >= sizeof(text))
-		return -EINVAL;
-	n = simple_write_to_buffer(text, sizeof(text) - 1, &pos, buf, len);
-	if (n < 0)
-		return n;
-	if (n != len)
-		return -EFAULT;
-	ret = kstrtouint(text, 0, &v);
-	if (ret)
-		return ret;
-	if (v != 1)
-		return -EINVAL;
-	action();
-	return len;
+	return write((const char __force *)buf, len);
 }
 
 static const struct file_operations peermem_action_fops = {
@@ -648,12 +629,12 @@ static const struct file_operations peermem_action_fops = {
 	.llseek = noop_llseek,
 };
 
-void peermem_debugfs_add_action(const char *name, peermem_action_t action)
+void peermem_debugfs_add_action(const char *name, peermem_action_write_t write)
 {
 	if (!peermem_dir)
 		return;
 	/* Removal waits for writers inside the call (debugfs' file proxy). */
-	debugfs_create_file(name, 0200, peermem_dir, action, &peermem_action_fops);
+	debugfs_create_file(name, 0200, peermem_dir, write, &peermem_action_fops);
 }
 
 void peermem_debugfs_add_hex(const char *name, u32 *value)
