@@ -227,12 +227,9 @@ void peermem_watch_queue(struct peermem_watch *w, const void *ref);
 void peermem_watch_wait_revoked(struct peermem_watch *w);
 /* At unload, after every watch was stopped: runs the queued work items. */
 void peermem_watch_teardown(void);
-/* Whether watches are made (CONFIG_MMU_NOTIFIER and the mmu_notifier parameter). */
-bool peermem_watch_available(void);
 /*
- * A watch for the calling process, not started: NULL if there is nothing
- * to watch (parameter off, no MMU notifiers, no user address space),
- * ERR_PTR(-ENOMEM). Free it with peermem_watch_free().
+ * A watch, not started: NULL if out of memory (or without
+ * CONFIG_MMU_NOTIFIER). Free it with peermem_watch_free().
  */
 struct peermem_watch *peermem_watch_alloc(void);
 /*

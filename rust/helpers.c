@@ -308,11 +308,6 @@ void peermem_work_free(struct peermem_work *w)
 	kfree(w);
 }
 
-bool peermem_watch_available(void)
-{
-	return IS_ENABLED(CONFIG_MMU_NOTIFIER) && mmu_notifier;
-}
-
 #ifdef CONFIG_MMU_NOTIFIER
 static void peermem_watch_work(struct work_struct *work)
 {
@@ -353,13 +348,10 @@ bool peermem_watch_has_fired(struct peermem_watch *w)
 
 struct peermem_watch *peermem_watch_alloc(void)
 {
-	struct peermem_watch *w;
+	struct peermem_watch *w = kzalloc(sizeof(*w), GFP_KERNEL);
 
-	if (!mmu_notifier || !current->mm || (current->flags & PF_KTHREAD))
-		return NULL;
-	w = kzalloc(sizeof(*w), GFP_KERNEL);
 	if (!w)
-		return ERR_PTR(-ENOMEM);
+		return NULL;
 	INIT_WORK(&w->work, peermem_watch_work);
 	mutex_init(&w->lock);
 	init_completion(&w->revoked);

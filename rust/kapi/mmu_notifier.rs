@@ -8,7 +8,7 @@
 use super::raw;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
-use kernel::error::{to_result, Error, Result};
+use kernel::error::{code::ENOMEM, to_result, Result};
 use kernel::sync::{Arc, ArcBorrow};
 
 /// What a watch's owner does when its range changes meaning.
@@ -67,8 +67,7 @@ impl<T: AddressChange> Watches<T> {
     /// Whether owners get watches (the `mmu_notifier` parameter is on and
     /// the kernel has MMU notifiers).
     pub(crate) fn available() -> bool {
-        // SAFETY: FFI call without preconditions.
-        unsafe { raw::peermem_watch_available() }
+        cfg!(CONFIG_MMU_NOTIFIER) && super::module_param::mmu_notifier()
     }
 }
 
@@ -355,14 +354,14 @@ impl<T: AddressChange> AddressWatch<T> {
     /// there is nothing to watch: the `mmu_notifier` parameter is off, the
     /// kernel has no MMU notifiers, or the caller has no user address space.
     pub(crate) fn new() -> Result<Option<Self>> {
+        if !Watches::<T>::available() || super::mm::current_key() == 0 {
+            return Ok(None);
+        }
         // SAFETY: FFI call without preconditions.
         let p = unsafe { raw::peermem_watch_alloc() };
-        let v = p as isize;
-        if (-4095..0).contains(&v) {
-            return Err(Error::from_errno(v as i32));
-        }
+        let ptr = NonNull::new(p).ok_or(ENOMEM)?;
         // INVARIANT: from `peermem_watch_alloc`.
-        Ok(NonNull::new(p).map(|ptr| Self {
+        Ok(Some(Self {
             ptr,
             _owner: PhantomData,
         }))
