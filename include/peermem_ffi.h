@@ -135,21 +135,21 @@ void peermem_objects_wait(void);
 /*
  * A work item an owner embeds (by pointer) to run fn(ref) later, in process
  * context with no lock held, on the work queue peermem_watch_setup() made.
- * Queued at most once in its life: peermem_work_queue() returns false
- * (and keeps nothing) for every call after the first. Never sleeps, never
- * allocates: callable from a GPU driver's free callback under its locks.
+ * Queued at most once in its life (rust/kapi/work.rs sees to it).
+ * Queueing never sleeps, never allocates: callable from a GPU driver's
+ * free callback under its locks.
  */
 struct peermem_work;
 typedef void (*peermem_work_fn_t)(const void *ref);
 /* A new work item that will call fn; NULL if out of memory. */
 struct peermem_work *peermem_work_alloc(peermem_work_fn_t fn);
 /*
- * Queues w to call fn(ref) (ref: a reference the call consumes); false if
- * w was queued before (ref is then the caller's again). The work queue
- * must exist until the call ran: it is torn down at unload only after
- * every owner was released (see peermem_watch_teardown()).
+ * Queues w, never queued before (the Rust owner keeps it to once), to call
+ * fn(ref) (ref: a reference the call consumes). The work queue must exist
+ * until the call ran: it is torn down at unload only after every owner was
+ * released (see peermem_watch_teardown()).
  */
-bool peermem_work_queue(struct peermem_work *w, const void *ref);
+void peermem_work_queue(struct peermem_work *w, const void *ref);
 /* Frees w: never queued, or its call has begun (it may free w itself). */
 void peermem_work_free(struct peermem_work *w);
 

@@ -271,7 +271,6 @@ struct peermem_work {
 	struct work_struct work;
 	peermem_work_fn_t fn;
 	const void *ref;	/* the call's reference, set when queued */
-	unsigned long queued;	/* bit 0: queued once (never again) */
 };
 
 static void peermem_work_run(struct work_struct *work)
@@ -293,14 +292,10 @@ struct peermem_work *peermem_work_alloc(peermem_work_fn_t fn)
 	return w;
 }
 
-bool peermem_work_queue(struct peermem_work *w, const void *ref)
+void peermem_work_queue(struct peermem_work *w, const void *ref)
 {
-	if (test_and_set_bit(0, &w->queued))
-		return false;
 	w->ref = ref;
-	/* Never queued before, so it is not pending: this queues it. */
 	queue_work(peermem_wq, &w->work);
-	return true;
 }
 
 void peermem_work_free(struct peermem_work *w)
