@@ -313,7 +313,7 @@ static void peermem_watch_work(struct work_struct *work)
 	peermem_watch_changed(w->work_ref);
 	/*
 	 * A blocking watch's notifier call waits for this, so the watch is
-	 * still inserted and its owner alive (see peermem_watch_invalidate_blocking).
+	 * still inserted and its owner alive (rust/kapi/mmu_notifier.rs).
 	 */
 	if (blocking)
 		complete_all(&w->revoked);

@@ -33,7 +33,7 @@ static LAST_ID: AtomicU64 = AtomicU64::new(0);
 ///
 /// # Invariants
 ///
-/// `id` is a (non-zero) id that `peermem_cbref_insert` handed out for a
+/// `id` is a (non-zero) id that [`CallbackRef::insert`] handed out for a
 /// reference to a `T` from `Arc::into_raw`; its entry may have been taken since.
 pub(crate) struct CallbackRef<T> {
     id: u64,

@@ -393,7 +393,7 @@ impl<T: AddressChange> AddressWatch<T> {
     /// A blocking watch fires on every invalidation of its range, also at
     /// process exit, and the kernel's invalidation waits until
     /// [`AddressChange::changed`] has returned (it still runs in the work
-    /// item; see `peermem_watch_invalidate_blocking` in `rust/helpers.c`).
+    /// item; see `invalidate_blocking`).
     pub(crate) fn set_blocking(&self) {
         // SAFETY: a live watch (type invariant).
         unsafe { raw::peermem_watch_set_blocking(self.ptr.as_ptr()) };

@@ -24,7 +24,7 @@
 //! |------------------|-------------------------------------------|----------------------|
 //! | [`peer_mem`]     | peer-memory core client (OFED)            | none (OFED `peer_mem.h`) |
 //! | [`nvidia_p2p`]   | pinned page table and its DMA mapping     | none (NVIDIA `nv-p2p.h`) |
-//! | [`cbref`]        | registry of free-callback references      | none (a hash table; `kernel::xarray` (6.14) churns nodes) |
+//! | [`cbref`]        | registry of free-callback references      | none (an `RBTree` under a C spinlock; `kernel::xarray` (6.14) churns nodes) |
 //! | [`device`]       | DMA device, PCI device                    | `kernel::device`, `kernel::pci` |
 //! | [`scatterlist`]  | scatter-gather tables                     | `kernel::scatterlist` (6.18) |
 //! | [`mmu_notifier`] | address-range watches                     | none yet (`mmu_interval_notifier`) |
