@@ -135,21 +135,21 @@ void peermem_objects_wait(void);
 /*
  * A work item an owner embeds (by pointer) to run fn(ref) later, in process
  * context with no lock held, on the work queue peermem_watch_setup() made.
- * Queued at most once in its life: peermem_work_queue() returns false
- * (and keeps nothing) for every call after the first. Never sleeps, never
- * allocates: callable from a GPU driver's free callback under its locks.
+ * Queued at most once in its life (rust/kapi/work.rs sees to it).
+ * Queueing never sleeps, never allocates: callable from a GPU driver's
+ * free callback under its locks.
  */
 struct peermem_work;
 typedef void (*peermem_work_fn_t)(const void *ref);
 /* A new work item that will call fn; NULL if out of memory. */
 struct peermem_work *peermem_work_alloc(peermem_work_fn_t fn);
 /*
- * Queues w to call fn(ref) (ref: a reference the call consumes); false if
- * w was queued before (ref is then the caller's again). The work queue
- * must exist until the call ran: it is torn down at unload only after
- * every owner was released (see peermem_watch_teardown()).
+ * Queues w, never queued before (the Rust owner keeps it to once), to call
+ * fn(ref) (ref: a reference the call consumes). The work queue must exist
+ * until the call ran: it is torn down at unload only after every owner was
+ * released (see peermem_watch_teardown()).
  */
-bool peermem_work_queue(struct peermem_work *w, const void *ref);
+void peermem_work_queue(struct peermem_work *w, const void *ref);
 /* Frees w: never queued, or its call has begun (it may free w itself). */
 void peermem_work_free(struct peermem_work *w);
 
@@ -165,22 +165,27 @@ void peermem_work_free(struct peermem_work *w);
  * notifier may call hold(reg) until then.
  */
 struct peermem_watch;
-typedef const void *(*peermem_watch_hold_t)(const void *reg);
 typedef void (*peermem_watch_changed_t)(const void *ref);
+/*
+ * The interval notifier's invalidate(), forwarded as is: the policy (which
+ * invalidation revokes, what it is reported as, when a call that may not
+ * block goes ahead) is Rust's. range: the struct mmu_notifier_range.
+ */
+typedef bool (*peermem_watch_invalidate_t)(struct peermem_watch *w,
+					   const void *range,
+					   unsigned long cur_seq);
 
 /* Once at load, before any watch: the callbacks and the work queue (-ENOMEM). */
-int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t changed);
+int peermem_watch_setup(peermem_watch_changed_t changed,
+			peermem_watch_invalidate_t invalidate);
 /*
- * Revocation events: fired(reg, how) is called from the notifier itself,
- * synchronously, once per watch, just before its work item is queued:
- * possibly not allowed to sleep, so it may neither sleep nor allocate.
- * how: PEERMEM_WATCH_UNMAPPED (munmap, mmap(MAP_FIXED) over the range,
- * any other unmap) or PEERMEM_WATCH_MOVED (the unmapping thread is in
- * mremap); a blocking watch (which fires on every invalidation) also
- * PEERMEM_WATCH_EXITING (the address space is being torn down),
- * PEERMEM_WATCH_PROTECTED (mprotect) and PEERMEM_WATCH_ZAPPED (anything
- * else: the driver that mapped the range zapped it, unmap_mapping_range).
- * Set once at load, before any watch starts; NULL: not called.
+ * Revocation events: how a watch fired. PEERMEM_WATCH_UNMAPPED (munmap,
+ * mmap(MAP_FIXED) over the range, any other unmap) or PEERMEM_WATCH_MOVED
+ * (the unmapping thread is in mremap); a blocking watch (which fires on
+ * every invalidation) also PEERMEM_WATCH_EXITING (the address space is
+ * being torn down), PEERMEM_WATCH_PROTECTED (mprotect) and
+ * PEERMEM_WATCH_ZAPPED (anything else: the driver that mapped the range
+ * zapped it, unmap_mapping_range).
  */
 enum peermem_watch_how {
 	PEERMEM_WATCH_UNMAPPED = 0,
@@ -189,16 +194,42 @@ enum peermem_watch_how {
 	PEERMEM_WATCH_PROTECTED = 3,
 	PEERMEM_WATCH_ZAPPED = 4,
 };
-typedef void (*peermem_watch_fired_t)(const void *reg, unsigned int how);
-void peermem_watch_set_fired(peermem_watch_fired_t fired);
+/* enum mmu_notifier_event's values (helpers.c asserts they are the kernel's). */
+enum peermem_mmu_event {
+	PEERMEM_MMU_UNMAP = 0,
+	PEERMEM_MMU_CLEAR = 1,
+	PEERMEM_MMU_PROTECTION_VMA = 2,
+	PEERMEM_MMU_PROTECTION_PAGE = 3,
+	PEERMEM_MMU_SOFT_DIRTY = 4,
+	PEERMEM_MMU_RELEASE = 5,
+};
+/* System-call numbers of this architecture (native calls). */
+extern const long peermem_nr_mremap;
+extern const long peermem_nr_ioctl;
+/* Readings for the invalidate policy (one-line wrappers of inlines). */
+unsigned int peermem_range_event(const void *range);
+bool peermem_range_mm_alive(const void *range);	/* mm_users != 0 */
+bool peermem_range_blockable(const void *range);
+bool peermem_range_mm_is_current(const void *range);
+bool peermem_current_kthread(void);
+bool peermem_current_compat(void);	/* in_compat_syscall() */
+long peermem_current_syscall_nr(void);
+/* Watch state for the invalidate policy. */
+bool peermem_watch_is_blocking(struct peermem_watch *w);
+const void *peermem_watch_owner(struct peermem_watch *w);
+void peermem_watch_set_seq(struct peermem_watch *w, unsigned long cur_seq);
+bool peermem_watch_test_and_set_fired(struct peermem_watch *w);
+/* A blocking watch's work item returned (completion_done()). */
+bool peermem_watch_revoke_done(struct peermem_watch *w);
+/* Queue the work item that calls changed(ref). */
+void peermem_watch_queue(struct peermem_watch *w, const void *ref);
+/* Wait until a blocking watch's work item returned. */
+void peermem_watch_wait_revoked(struct peermem_watch *w);
 /* At unload, after every watch was stopped: runs the queued work items. */
 void peermem_watch_teardown(void);
-/* Whether watches are made (CONFIG_MMU_NOTIFIER and the mmu_notifier parameter). */
-bool peermem_watch_available(void);
 /*
- * A watch for the calling process, not started: NULL if there is nothing
- * to watch (parameter off, no MMU notifiers, no user address space),
- * ERR_PTR(-ENOMEM). Free it with peermem_watch_free().
+ * A watch, not started: NULL if out of memory (or without
+ * CONFIG_MMU_NOTIFIER). Free it with peermem_watch_free().
  */
 struct peermem_watch *peermem_watch_alloc(void);
 /*
@@ -232,22 +263,10 @@ bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq);
  */
 bool peermem_watch_has_fired(struct peermem_watch *w);
 
-/* ---- Free-callback references: id -> reference, one owner */
+/* ---- Free-callback references (rust/kapi/cbref.rs): the registry's spinlock */
 
-/*
- * Store ref (non-NULL, 4-byte aligned: an Arc raw pointer) under a new id,
- * never handed out before and never again, written to *id (non-zero).
- * Returns 0, -ENOMEM, -EOVERFLOW (ids exhausted) or -EINVAL (bad args).
- */
-int peermem_cbref_insert(const void *ref, u64 *id);
-/*
- * Remove the entry for id and return its reference, or NULL if there is
- * none (someone removed it before). Atomic: of all callers for one id,
- * exactly one gets the reference. Any context.
- */
-const void *peermem_cbref_take(u64 id);
-/* Number of entries left (for the unload check). */
-u64 peermem_cbrefs_left(void);
+void peermem_cbrefs_lock(void);
+void peermem_cbrefs_unlock(void);
 
 /* ---- debugfs: /sys/kernel/debug/peermem/ */
 
@@ -287,15 +306,18 @@ void peermem_debugfs_add_counter(void *dir, const char *name, const void *counte
  */
 void peermem_debugfs_add_knob(const char *name, u32 *value);
 
-/* What a write to an action file does (see peermem_debugfs_add_action()). */
-typedef void (*peermem_action_t)(void);
+/*
+ * A write to an action file (see peermem_debugfs_add_action()): buf is the
+ * user's buffer (__user), len its length; returns len or -errno.
+ */
+typedef ssize_t (*peermem_action_write_t)(const char *buf, size_t len);
 
 /*
- * Add the root-only write-only file NAME (as above): writing 1 to it calls
- * action (process context, no lock held); any other value fails with
- * EINVAL. action must stay valid until peermem_debugfs_remove() returned.
+ * Add the root-only write-only file NAME (as above): a write() is handed to
+ * write (process context, no lock held), which decides what it does.
+ * write must stay valid until peermem_debugfs_remove() returned.
  */
-void peermem_debugfs_add_action(const char *name, peermem_action_t action);
+void peermem_debugfs_add_action(const char *name, peermem_action_write_t write);
 
 /*
  * Add the read-only file NAME (as above) showing *value in hexadecimal

@@ -16,8 +16,6 @@
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
 #include <linux/fs.h>
-#include <linux/kstrtox.h>
-#include <linux/hashtable.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
 #include <linux/module.h>
@@ -242,19 +240,14 @@ struct peermem_watch {
 };
 
 static struct workqueue_struct *peermem_wq;
-static peermem_watch_hold_t peermem_watch_hold;
 static peermem_watch_changed_t peermem_watch_changed;
-static peermem_watch_fired_t peermem_watch_fired;	/* revocation events */
+static peermem_watch_invalidate_t peermem_watch_invalidate_rs;
 
-void peermem_watch_set_fired(peermem_watch_fired_t fired)
+int peermem_watch_setup(peermem_watch_changed_t changed,
+			peermem_watch_invalidate_t invalidate)
 {
-	peermem_watch_fired = fired;
-}
-
-int peermem_watch_setup(peermem_watch_hold_t hold, peermem_watch_changed_t changed)
-{
-	peermem_watch_hold = hold;
 	peermem_watch_changed = changed;
+	peermem_watch_invalidate_rs = invalidate;
 	/*
 	 * WQ_MEM_RECLAIM: a blocking PFN invalidation (munmap, an exporter's
 	 * zap, which reclaim can cause) waits for its work item holding the
@@ -278,7 +271,6 @@ struct peermem_work {
 	struct work_struct work;
 	peermem_work_fn_t fn;
 	const void *ref;	/* the call's reference, set when queued */
-	unsigned long queued;	/* bit 0: queued once (never again) */
 };
 
 static void peermem_work_run(struct work_struct *work)
@@ -300,24 +292,15 @@ struct peermem_work *peermem_work_alloc(peermem_work_fn_t fn)
 	return w;
 }
 
-bool peermem_work_queue(struct peermem_work *w, const void *ref)
+void peermem_work_queue(struct peermem_work *w, const void *ref)
 {
-	if (test_and_set_bit(0, &w->queued))
-		return false;
 	w->ref = ref;
-	/* Never queued before, so it is not pending: this queues it. */
 	queue_work(peermem_wq, &w->work);
-	return true;
 }
 
 void peermem_work_free(struct peermem_work *w)
 {
 	kfree(w);
-}
-
-bool peermem_watch_available(void)
-{
-	return IS_ENABLED(CONFIG_MMU_NOTIFIER) && mmu_notifier;
 }
 
 #ifdef CONFIG_MMU_NOTIFIER
@@ -330,61 +313,23 @@ static void peermem_watch_work(struct work_struct *work)
 	peermem_watch_changed(w->work_ref);
 	/*
 	 * A blocking watch's notifier call waits for this, so the watch is
-	 * still inserted and its owner alive (see peermem_watch_invalidate_blocking).
+	 * still inserted and its owner alive (rust/kapi/mmu_notifier.rs).
 	 */
 	if (blocking)
 		complete_all(&w->revoked);
 }
 
-static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
-					      const struct mmu_notifier_range *range,
-					      unsigned long cur_seq);
-
 /*
- * Revocation events: mremap unmaps the old range with the same
- * MMU_NOTIFY_UNMAP as munmap and mmap(MAP_FIXED), so tell them apart by
- * the system call of the thread doing it (the notifier runs in that
- * thread). Anything else is an unmap.
- */
-static unsigned int peermem_unmap_how(const struct mmu_notifier_range *range)
-{
-	if ((current->flags & PF_KTHREAD) || current->mm != range->mm ||
-	    in_compat_syscall())
-		return PEERMEM_WATCH_UNMAPPED;
-	if (syscall_get_nr(current, task_pt_regs(current)) == __NR_mremap)
-		return PEERMEM_WATCH_MOVED;
-	return PEERMEM_WATCH_UNMAPPED;
-}
-
-/*
- * Called with the mm's invalidation in progress, possibly not allowed to
- * sleep: queue the work and return. Only an unmap (munmap, the old range
- * of mremap, MAP_FIXED over it) changes what the addresses mean; a
- * protection change, soft-dirty tracking or a driver zapping its PTEs does
- * not, and an exiting process's teardown is followed by the close of its
- * files, which deregisters.
+ * The notifier's policy (which invalidation revokes, what it is reported
+ * as, when a call that may not block goes ahead) is Rust's
+ * (rust/kapi/mmu_notifier.rs); this forwards the call.
  */
 static bool peermem_watch_invalidate(struct mmu_interval_notifier *mni,
 				     const struct mmu_notifier_range *range,
 				     unsigned long cur_seq)
 {
-	struct peermem_watch *w = container_of(mni, struct peermem_watch, mni);
-
-	if (w->blocking)
-		return peermem_watch_invalidate_blocking(w, range, cur_seq);
-	mmu_interval_set_seq(mni, cur_seq);
-	if (range->event != MMU_NOTIFY_UNMAP)
-		return true;
-	if (!atomic_read(&range->mm->mm_users))
-		return true;
-	if (test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags))
-		return true;
-	/* Revocation events: before the work item, so before the invalidate. */
-	if (peermem_watch_fired)
-		peermem_watch_fired(w->reg, peermem_unmap_how(range));
-	w->work_ref = peermem_watch_hold(w->reg);
-	queue_work(peermem_wq, &w->work);
-	return true;
+	return peermem_watch_invalidate_rs(container_of(mni, struct peermem_watch, mni),
+					   range, cur_seq);
 }
 
 static const struct mmu_interval_notifier_ops peermem_watch_ops = {
@@ -398,13 +343,10 @@ bool peermem_watch_has_fired(struct peermem_watch *w)
 
 struct peermem_watch *peermem_watch_alloc(void)
 {
-	struct peermem_watch *w;
+	struct peermem_watch *w = kzalloc(sizeof(*w), GFP_KERNEL);
 
-	if (!mmu_notifier || !current->mm || (current->flags & PF_KTHREAD))
-		return NULL;
-	w = kzalloc(sizeof(*w), GFP_KERNEL);
 	if (!w)
-		return ERR_PTR(-ENOMEM);
+		return NULL;
 	INIT_WORK(&w->work, peermem_watch_work);
 	mutex_init(&w->lock);
 	init_completion(&w->revoked);
@@ -440,124 +382,86 @@ void peermem_watch_stop(struct peermem_watch *w)
 	mutex_unlock(&w->lock);
 }
 
-/* ---- Blocking watches (the PFN-map source) */
+/* ---- Accessors for the notifier's policy (in Rust) */
 
-/*
- * A blocking watch fires on every invalidation of its range (unmap, the
- * exporting driver's unmap_mapping_range, mprotect, process exit; not the
- * soft-dirty reset, which changes nothing there: see
- * peermem_blocking_ignores()), and the
- * notifier call returns only once changed() has returned: the registration
- * is revoked through the core before the kernel goes on to change what the
- * range maps. Memory the PFN-map source serves holds no reference, so the
- * revocation must be done by then (docs/module.md, "PFN-mapped memory").
- *
- * changed() runs in the work item, not in this call: the core's invalidate
- * takes the umem's mapping lock, which the core holds across allocations,
- * and mmu notifier calls are (for lockdep) nested in reclaim. That order
- * cannot deadlock here: only VM_PFNMAP ranges that are not copy-on-write
- * get a blocking watch's first invalidation with a ticket (the PFN source
- * checks that under the mmap lock), reclaim never unmaps such a range, and
- * the later calls return at once. The wait is a completion, which lockdep
- * does not follow. A call that may not block (the OOM reaper; it skips
- * VM_PFNMAP, but not the anonymous memory a process mapped over a revoked
- * range) returns false, as the interval-notifier API requires, while the
- * revocation is to come or under way; once it is done, every call returns
- * true at once, blockable or not (else the reaper could never reap what
- * the process mapped there since).
- */
-/* Revocation events: what a blocking watch's invalidation is. */
-static unsigned int peermem_blocking_how(const struct mmu_notifier_range *range)
+static_assert((int)PEERMEM_MMU_UNMAP == (int)MMU_NOTIFY_UNMAP);
+static_assert((int)PEERMEM_MMU_CLEAR == (int)MMU_NOTIFY_CLEAR);
+static_assert((int)PEERMEM_MMU_PROTECTION_VMA == (int)MMU_NOTIFY_PROTECTION_VMA);
+static_assert((int)PEERMEM_MMU_PROTECTION_PAGE == (int)MMU_NOTIFY_PROTECTION_PAGE);
+static_assert((int)PEERMEM_MMU_SOFT_DIRTY == (int)MMU_NOTIFY_SOFT_DIRTY);
+static_assert((int)PEERMEM_MMU_RELEASE == (int)MMU_NOTIFY_RELEASE);
+const long peermem_nr_mremap = __NR_mremap;
+const long peermem_nr_ioctl = __NR_ioctl;
+
+unsigned int peermem_range_event(const void *range)
 {
-	/* exit_mmap(): MMU_NOTIFY_RELEASE to interval notifiers, then unmaps. */
-	if (range->event == MMU_NOTIFY_RELEASE || !atomic_read(&range->mm->mm_users))
-		return PEERMEM_WATCH_EXITING;
-	switch (range->event) {
-	case MMU_NOTIFY_UNMAP:
-		return peermem_unmap_how(range);
-	case MMU_NOTIFY_PROTECTION_VMA:
-	case MMU_NOTIFY_PROTECTION_PAGE:
-		return PEERMEM_WATCH_PROTECTED;
-	case MMU_NOTIFY_CLEAR:
-		/*
-		 * Page-table entries cleared: of a VM_PFNMAP mapping that is not
-		 * copy-on-write only by its driver, unmap_mapping_range() or
-		 * zap_vma_ptes() (madvise(MADV_DONTNEED) refuses VM_PFNMAP).
-		 */
-		return PEERMEM_WATCH_ZAPPED;
-	default:
-		/*
-		 * MMU_NOTIFY_MIGRATE, _EXCLUSIVE: migrate_vma_setup() refuses
-		 * VM_SPECIAL mappings and make_device_exclusive() finds pages
-		 * with get_user_pages(), which refuses VM_PFNMAP, so neither
-		 * reaches a range this watch covers; were one to (or an event
-		 * a later kernel adds), the PFNs are no longer known good: it
-		 * revokes like the driver's zap, and is reported so
-		 * (docs/module.md, "Revocation events").
-		 */
-		return PEERMEM_WATCH_ZAPPED;
-	}
+	return ((const struct mmu_notifier_range *)range)->event;
 }
 
-/*
- * Invalidations that change nothing a blocking watch's range maps (the
- * watch covers only VM_PFNMAP mappings until it fires):
- *  - the soft-dirty reset of /proc/pid/clear_refs invalidates the whole
- *    address space (MMU_NOTIFY_SOFT_DIRTY, "still same page and same
- *    access flags") and then skips VM_PFNMAP mappings
- *    (clear_refs_test_walk), whose entries it never touches;
- *  - PAGEMAP_SCAN's write-protect request (PM_SCAN_WP_MATCHING, an ioctl()
- *    of /proc/pid/pagemap) invalidates the whole range it was asked for
- *    with MMU_NOTIFY_PROTECTION_VMA and then skips every mapping without
- *    userfaultfd write-protection, VM_PFNMAP ones among them
- *    (pagemap_scan_test_walk). No ioctl() changes the protection of a
- *    VM_PFNMAP mapping (also not another process's, through its pagemap):
- *    userfaultfd's write-protect works per mapping and
- *    never on VM_PFNMAP ones; mprotect() is a system call of its own. A
- *    32-bit compat task's ioctl() is not told apart: it revokes, as before.
- */
-static bool peermem_blocking_ignores(const struct mmu_notifier_range *range)
+bool peermem_range_mm_alive(const void *range)
 {
-	if (range->event == MMU_NOTIFY_SOFT_DIRTY)
-		return true;
-	return range->event == MMU_NOTIFY_PROTECTION_VMA &&
-	       !(current->flags & PF_KTHREAD) &&
-	       !in_compat_syscall() &&
-	       syscall_get_nr(current, task_pt_regs(current)) == __NR_ioctl;
+	return atomic_read(&((const struct mmu_notifier_range *)range)->mm->mm_users);
 }
 
-static bool peermem_watch_invalidate_blocking(struct peermem_watch *w,
-					      const struct mmu_notifier_range *range,
-					      unsigned long cur_seq)
+bool peermem_range_blockable(const void *range)
 {
-	/*
-	 * Revoked already (the work item returned): nothing left to wait
-	 * for, so a call that may not block (the OOM reaper of the memory
-	 * the process mapped over the range since) goes ahead.
-	 */
-	if (test_bit(PEERMEM_WATCH_FIRED, &w->flags) && completion_done(&w->revoked)) {
-		mmu_interval_set_seq(&w->mni, cur_seq);
-		return true;
-	}
-	/*
-	 * Not a change of the range: no revocation, and the sequence stays
-	 * (what a registration reads meanwhile is still good).
-	 */
-	if (peermem_blocking_ignores(range))
-		return true;
-	if (!mmu_notifier_range_blockable(range))
-		return false;
+	return mmu_notifier_range_blockable(range);
+}
+
+bool peermem_range_mm_is_current(const void *range)
+{
+	return current->mm == ((const struct mmu_notifier_range *)range)->mm;
+}
+
+bool peermem_current_kthread(void)
+{
+	return current->flags & PF_KTHREAD;
+}
+
+bool peermem_current_compat(void)
+{
+	return in_compat_syscall();
+}
+
+long peermem_current_syscall_nr(void)
+{
+	return syscall_get_nr(current, task_pt_regs(current));
+}
+
+bool peermem_watch_is_blocking(struct peermem_watch *w)
+{
+	return READ_ONCE(w->blocking);
+}
+
+const void *peermem_watch_owner(struct peermem_watch *w)
+{
+	return w->reg;
+}
+
+void peermem_watch_set_seq(struct peermem_watch *w, unsigned long cur_seq)
+{
 	mmu_interval_set_seq(&w->mni, cur_seq);
-	if (!test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags)) {
-		/* Revocation events: before the work item's invalidate. */
-		if (peermem_watch_fired)
-			peermem_watch_fired(w->reg, peermem_blocking_how(range));
-		w->work_ref = peermem_watch_hold(w->reg);
-		queue_work(peermem_wq, &w->work);
-	}
-	/* Also a concurrent second invalidation waits for the first one's work. */
+}
+
+bool peermem_watch_test_and_set_fired(struct peermem_watch *w)
+{
+	return test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags);
+}
+
+bool peermem_watch_revoke_done(struct peermem_watch *w)
+{
+	return completion_done(&w->revoked);
+}
+
+void peermem_watch_queue(struct peermem_watch *w, const void *ref)
+{
+	w->work_ref = ref;
+	queue_work(peermem_wq, &w->work);
+}
+
+void peermem_watch_wait_revoked(struct peermem_watch *w)
+{
 	wait_for_completion(&w->revoked);
-	return true;
 }
 
 void peermem_watch_set_blocking(struct peermem_watch *w)
@@ -625,93 +529,18 @@ void peermem_watch_free(struct peermem_watch *w)
 	kfree(w);
 }
 
-/* ---- Free-callback references */
+/* ---- Free-callback references: the registry's lock (rust/kapi/cbref.rs) */
 
-/*
- * id -> the free callback's reference (an Arc<Registration> raw pointer).
- * Ids come from a 64-bit counter and are never reused, so a callback that
- * arrives late with an id whose entry is gone can never find another
- * registration's entry. Whoever removes an entry owns its reference.
- *
- * A hash table of small nodes under a spinlock (issue 26): every
- * registration inserts one entry and removes it again. In an xarray the
- * ever-growing ids made each insert build a fresh path of nodes (up to
- * three 576-byte nodes, zeroed) and each removal of the last entry free
- * them through RCU, one call_rcu() per node: grace periods the
- * registering CPU then paid for in softirq time. Here an entry is one
- * 40-byte allocation, freed at once (lookups and removals hold the lock,
- * so nobody can still be reading it).
- */
-#define PEERMEM_CBREF_BITS 10
-static DEFINE_HASHTABLE(peermem_cbrefs, PEERMEM_CBREF_BITS);
-static DEFINE_SPINLOCK(peermem_cbrefs_lock);
-static atomic64_t peermem_cbref_last = ATOMIC64_INIT(0);
+static DEFINE_SPINLOCK(peermem_cbrefs_spin);
 
-struct peermem_cbref {
-	struct hlist_node node;
-	u64 id;
-	const void *ref;
-};
-
-int peermem_cbref_insert(const void *ref, u64 *id)
+void peermem_cbrefs_lock(void)
 {
-	struct peermem_cbref *e;
-	u64 n;
-
-	if (!ref || !id || ((uintptr_t)ref & 3))
-		return -EINVAL;
-	e = kmalloc(sizeof(*e), GFP_KERNEL);
-	if (!e)
-		return -ENOMEM;
-	n = atomic64_inc_return(&peermem_cbref_last);
-	/* Only reachable where unsigned long is 32 bits, after 4 G pins. */
-	if (n > ULONG_MAX) {
-		kfree(e);
-		return -EOVERFLOW;
-	}
-	e->id = n;
-	e->ref = ref;
-	spin_lock(&peermem_cbrefs_lock);
-	hash_add(peermem_cbrefs, &e->node, n);
-	spin_unlock(&peermem_cbrefs_lock);
-	*id = n;
-	return 0;
+	spin_lock(&peermem_cbrefs_spin);
 }
 
-const void *peermem_cbref_take(u64 id)
+void peermem_cbrefs_unlock(void)
 {
-	struct peermem_cbref *e, *found = NULL;
-	const void *ref = NULL;
-
-	if (!id || id > ULONG_MAX)
-		return NULL;
-	spin_lock(&peermem_cbrefs_lock);
-	hash_for_each_possible(peermem_cbrefs, e, node, id) {
-		if (e->id == id) {
-			hash_del(&e->node);
-			found = e;
-			break;
-		}
-	}
-	spin_unlock(&peermem_cbrefs_lock);
-	if (found) {
-		ref = found->ref;
-		kfree(found);
-	}
-	return ref;
-}
-
-u64 peermem_cbrefs_left(void)
-{
-	struct peermem_cbref *e;
-	unsigned int bkt;
-	u64 n = 0;
-
-	spin_lock(&peermem_cbrefs_lock);
-	hash_for_each(peermem_cbrefs, bkt, e, node)
-		n++;
-	spin_unlock(&peermem_cbrefs_lock);
-	return n;
+	spin_unlock(&peermem_cbrefs_spin);
 }
 
 /* ---- debugfs */
@@ -771,31 +600,13 @@ void peermem_debugfs_add_knob(const char *name, u32 *value)
 	debugfs_create_u32(name, 0600, peermem_dir, value);
 }
 
+/* What the write means is Rust's (rust/kapi/debugfs.rs). */
 static ssize_t peermem_action_write(struct file *file, const char __user *buf,
 				    size_t len, loff_t *ppos)
 {
-	peermem_action_t action = file->private_data;
-	char text[16] = "";
-	loff_t pos = 0;
-	unsigned int v;
-	ssize_t n;
-	int ret;
+	peermem_action_write_t write = file->private_data;
 
-	/* Each write is a whole value ("1" or "1\n"), wherever the file position is. */
-	if (len >= sizeof(text))
-		return -EINVAL;
-	n = simple_write_to_buffer(text, sizeof(text) - 1, &pos, buf, len);
-	if (n < 0)
-		return n;
-	if (n != len)
-		return -EFAULT;
-	ret = kstrtouint(text, 0, &v);
-	if (ret)
-		return ret;
-	if (v != 1)
-		return -EINVAL;
-	action();
-	return len;
+	return write((const char __force *)buf, len);
 }
 
 static const struct file_operations peermem_action_fops = {
@@ -805,12 +616,12 @@ static const struct file_operations peermem_action_fops = {
 	.llseek = noop_llseek,
 };
 
-void peermem_debugfs_add_action(const char *name, peermem_action_t action)
+void peermem_debugfs_add_action(const char *name, peermem_action_write_t write)
 {
 	if (!peermem_dir)
 		return;
 	/* Removal waits for writers inside the call (debugfs' file proxy). */
-	debugfs_create_file(name, 0200, peermem_dir, action, &peermem_action_fops);
+	debugfs_create_file(name, 0200, peermem_dir, write, &peermem_action_fops);
 }
 
 void peermem_debugfs_add_hex(const char *name, u32 *value)

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! References handed to C callbacks by id rather than by pointer: a
-//! registry (the C glue's hash table under a spinlock, `peermem_cbref_*`
-//! in rust/helpers.c) maps never-reused ids to `Arc<T>` references.
-//! Upstream counterpart: `kernel::xarray::XArray` (6.14), which 6.12
-//! lacks; an xarray with ever-growing ids costs every registration a path
-//! of fresh nodes and their RCU frees (issue 26), the hash table one small
-//! allocation freed at once.
+//! registry (a red-black tree under a spinlock of the C glue) maps
+//! never-reused ids to `Arc<T>` references. Upstream counterpart:
+//! `kernel::xarray::XArray` (6.14), which 6.12 lacks; an xarray with
+//! ever-growing ids costs every registration a path of fresh nodes and
+//! their RCU frees (issue 26), the tree one small allocation (made before
+//! the lock is taken) freed at once.
 //!
 //! Whoever takes an entry out of the registry owns its reference. Removal
 //! is atomic, so exactly one of several racing parties (a GPU driver's free
@@ -14,16 +14,26 @@
 //! callback with an id whose entry is gone finds nothing: ids are never
 //! reused, so it can never find another object's entry.
 
-use super::raw;
+use super::global_lock::{CbrefsLock, EventsLocked};
 use core::marker::PhantomData;
-use kernel::error::{to_result, Result};
+use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::alloc::flags::GFP_KERNEL;
+use kernel::error::Result;
+use kernel::rbtree::{RBTree, RBTreeNodeReservation};
 use kernel::sync::Arc;
+
+/// id -> the reference (an `Arc::into_raw` pointer, as an address); `None`
+/// until the first insert (`RBTree::new` is not `const`).
+static CBREFS: EventsLocked<Option<RBTree<u64, usize>>, CbrefsLock> = EventsLocked::new(None);
+
+/// The last id handed out (ids start at 1).
+static LAST_ID: AtomicU64 = AtomicU64::new(0);
 
 /// The name of one reference to a `T` in the registry.
 ///
 /// # Invariants
 ///
-/// `id` is a (non-zero) id that `peermem_cbref_insert` handed out for a
+/// `id` is a (non-zero) id that [`CallbackRef::insert`] handed out for a
 /// reference to a `T` from `Arc::into_raw`; its entry may have been taken since.
 pub(crate) struct CallbackRef<T> {
     id: u64,
@@ -31,18 +41,18 @@ pub(crate) struct CallbackRef<T> {
 }
 
 impl<T: Send + Sync> CallbackRef<T> {
-    /// Puts `obj` in the registry; `ENOMEM` if it cannot.
+    /// Puts `obj` in the registry; `ENOMEM` if it cannot, `EOVERFLOW` if
+    /// ids are exhausted (only where `unsigned long` is 32 bits, after 4 G).
     pub(crate) fn insert(obj: Arc<T>) -> Result<Self> {
-        let ptr = Arc::into_raw(obj);
-        let mut id = 0u64;
-        // SAFETY: `ptr` is a non-null, aligned pointer; `id` a valid out pointer.
-        let ret = unsafe { raw::peermem_cbref_insert(ptr.cast(), &mut id) };
-        if let Err(e) = to_result(ret) {
-            // SAFETY: not stored: the reference `into_raw` made is ours again.
-            drop(unsafe { Arc::<T>::from_raw(ptr) });
-            return Err(e);
+        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let id = LAST_ID.fetch_add(1, Ordering::Relaxed) + 1;
+        if id > super::c_ulong::MAX as u64 {
+            return Err(super::eoverflow());
         }
-        // INVARIANT: `id` names the entry holding `ptr`, a reference to a `T`.
+        let node = node.into_node(id, Arc::into_raw(obj) as usize);
+        // Ids are never reused, so nothing is replaced.
+        CBREFS.lock().get_or_insert_with(RBTree::new).insert(node);
+        // INVARIANT: `id` names the entry holding a reference to a `T`.
         Ok(Self {
             id,
             _type: PhantomData,
@@ -68,19 +78,21 @@ impl<T: Send + Sync> CallbackRef<T> {
 /// If an entry `id` exists, it holds a reference to a `T` (it was put there
 /// by [`CallbackRef::<T>::insert`]).
 pub(crate) unsafe fn take<T>(id: u64) -> Option<Arc<T>> {
-    if id == 0 {
+    if id == 0 || id > super::c_ulong::MAX as u64 {
         return None;
     }
-    // SAFETY: FFI call without preconditions (any id is fine).
-    let ptr = unsafe { raw::peermem_cbref_take(id) };
-    // SAFETY: a non-null result is a reference to a `T` from `Arc::into_raw`
-    // (the caller's guarantee); the removal was atomic, so it is ours alone.
-    (!ptr.is_null()).then(|| unsafe { Arc::from_raw(ptr.cast::<T>()) })
+    let ptr = CBREFS.lock().as_mut()?.remove(&id)?;
+    // SAFETY: the entry's value is a reference to a `T` from `Arc::into_raw`
+    // (the caller's guarantee); the removal was under the lock, so it is
+    // ours alone.
+    Some(unsafe { Arc::from_raw(ptr as *const T) })
 }
 
 /// How many references are still in the registry (0 once every object
 /// that has one is gone: each entry holds one).
 pub(crate) fn left() -> u64 {
-    // SAFETY: FFI call without preconditions.
-    unsafe { raw::peermem_cbrefs_left() }
+    CBREFS
+        .lock()
+        .as_ref()
+        .map_or(0, |tree| tree.iter().count() as u64)
 }

@@ -98,13 +98,13 @@ impl Debugfs {
     /// runs `A::run` (process context, no lock held); other values fail
     /// with `EINVAL`.
     pub(crate) fn add_action<A: Action>(&self, name: &'static CStr) {
-        // SAFETY: `name` is a `'static` C string; `run_action::<A>` is a
+        // SAFETY: `name` is a `'static` C string; `write_action::<A>` is a
         // function of this module, valid until the directory is removed
         // (drop), which waits for writers inside the call.
         unsafe {
             raw::peermem_debugfs_add_action(
                 name.to_bytes_with_nul().as_ptr().cast(),
-                Some(run_action::<A>),
+                Some(write_action::<A>),
             )
         };
     }
@@ -135,9 +135,33 @@ pub(crate) trait Action {
     fn run();
 }
 
-/// Called by the C glue when 1 is written to an action file of `A`.
-extern "C" fn run_action<A: Action>() {
+/// A `write()` of `len` bytes at `buf` to an action file of `A`: each
+/// write is a whole value ("1" or "1\n", as `kstrtouint` with base 0 reads
+/// it), wherever the file position is; 1 runs `A::run`, anything else fails
+/// with `EINVAL` (`ERANGE` past `u32`, `EFAULT` if `buf` cannot be read).
+///
+/// # Safety
+///
+/// Called by the C glue's `write` file operation: `buf` is the user's
+/// buffer of `len` bytes.
+unsafe extern "C" fn write_action<A: Action>(buf: *const super::c_char, len: usize) -> isize {
+    // Short values only ("1\n" with room for a sign and leading zeros).
+    if len >= 16 {
+        return code::EINVAL.to_errno() as isize;
+    }
+    let mut value = 0;
+    // SAFETY: `buf` is a user pointer of `len` bytes (the function's safety
+    // requirements); `kstrtouint_from_user` copies them (at most 34: `len`
+    // is less) and fails with `EFAULT` if it cannot; `value` is writable.
+    let ret = unsafe { kernel::bindings::kstrtouint_from_user(buf.cast(), len, 0, &mut value) };
+    if ret != 0 {
+        return ret as isize;
+    }
+    if value != 1 {
+        return code::EINVAL.to_errno() as isize;
+    }
     A::run();
+    len as isize
 }
 
 /// Called by the C glue when a `u64` file is read.

@@ -12,34 +12,76 @@ use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 
-/// A `T` guarded by the C glue's event spinlock (`peermem_events_lock`).
-/// Every `EventsLocked` shares that one lock: never hold two guards at
-/// once (the second would spin forever). Never sleep holding one.
+/// One of the C glue's static spinlocks.
+pub(crate) trait GlobalLock {
+    /// Spins until the lock is ours.
+    fn lock();
+    /// Releases the lock this thread holds.
+    ///
+    /// # Safety
+    ///
+    /// This thread holds the lock.
+    unsafe fn unlock();
+}
+
+/// The event lock (`peermem_events_lock`): the event queues, the watch cache.
+pub(crate) struct EventsLock;
+
+impl GlobalLock for EventsLock {
+    fn lock() {
+        // SAFETY: FFI call without preconditions.
+        unsafe { raw::peermem_events_lock() };
+    }
+    unsafe fn unlock() {
+        // SAFETY: held by this thread (the caller's guarantee).
+        unsafe { raw::peermem_events_unlock() };
+    }
+}
+
+/// The callback-reference registry's lock (`peermem_cbrefs_lock`).
+pub(crate) struct CbrefsLock;
+
+impl GlobalLock for CbrefsLock {
+    fn lock() {
+        // SAFETY: FFI call without preconditions.
+        unsafe { raw::peermem_cbrefs_lock() };
+    }
+    unsafe fn unlock() {
+        // SAFETY: held by this thread (the caller's guarantee).
+        unsafe { raw::peermem_cbrefs_unlock() };
+    }
+}
+
+/// A `T` guarded by one of the C glue's spinlocks, `L` (by default the
+/// event spinlock, `peermem_events_lock`). Every `EventsLocked` with the
+/// same `L` shares that one lock: never hold two guards of it at once (the
+/// second would spin forever). Never sleep holding one.
 ///
 /// # Invariants
 ///
 /// `data` is accessed only through an [`EventsGuard`], which holds the lock.
-pub(crate) struct EventsLocked<T> {
+pub(crate) struct EventsLocked<T, L: GlobalLock = EventsLock> {
     data: UnsafeCell<T>,
+    _lock: PhantomData<L>,
 }
 
 // SAFETY: access to `data` is serialized by the lock (type invariant), so
 // sharing the `static` among threads only moves `T` between them.
-unsafe impl<T: Send> Sync for EventsLocked<T> {}
+unsafe impl<T: Send, L: GlobalLock> Sync for EventsLocked<T, L> {}
 
-impl<T> EventsLocked<T> {
+impl<T, L: GlobalLock> EventsLocked<T, L> {
     /// A `T` under the lock (usable in a `static`).
     pub(crate) const fn new(data: T) -> Self {
         Self {
             data: UnsafeCell::new(data),
+            _lock: PhantomData,
         }
     }
 
     /// Spins until the lock is ours. Any context that may spin (not an
     /// interrupt: the lock does not disable them).
-    pub(crate) fn lock(&self) -> EventsGuard<'_, T> {
-        // SAFETY: FFI call without preconditions.
-        unsafe { raw::peermem_events_lock() };
+    pub(crate) fn lock(&self) -> EventsGuard<'_, T, L> {
+        L::lock();
         // INVARIANT: the lock is held until the guard drops.
         EventsGuard {
             owner: self,
@@ -52,14 +94,14 @@ impl<T> EventsLocked<T> {
 ///
 /// # Invariants
 ///
-/// The C glue's event lock is held by this thread while the guard lives.
-pub(crate) struct EventsGuard<'a, T> {
-    owner: &'a EventsLocked<T>,
+/// The lock `L` is held by this thread while the guard lives.
+pub(crate) struct EventsGuard<'a, T, L: GlobalLock = EventsLock> {
+    owner: &'a EventsLocked<T, L>,
     /// Not `Send`: the lock is released by the thread that took it.
     _not_send: PhantomData<*mut ()>,
 }
 
-impl<T> Deref for EventsGuard<'_, T> {
+impl<T, L: GlobalLock> Deref for EventsGuard<'_, T, L> {
     type Target = T;
     fn deref(&self) -> &T {
         // SAFETY: the lock is held (type invariant): no other reference.
@@ -67,16 +109,16 @@ impl<T> Deref for EventsGuard<'_, T> {
     }
 }
 
-impl<T> DerefMut for EventsGuard<'_, T> {
+impl<T, L: GlobalLock> DerefMut for EventsGuard<'_, T, L> {
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: the lock is held (type invariant), and `&mut self` is unique.
         unsafe { &mut *self.owner.data.get() }
     }
 }
 
-impl<T> Drop for EventsGuard<'_, T> {
+impl<T, L: GlobalLock> Drop for EventsGuard<'_, T, L> {
     fn drop(&mut self) {
         // SAFETY: held by this thread (type invariant), released once.
-        unsafe { raw::peermem_events_unlock() };
+        unsafe { L::unlock() };
     }
 }

@@ -24,7 +24,7 @@
 //! |------------------|-------------------------------------------|----------------------|
 //! | [`peer_mem`]     | peer-memory core client (OFED)            | none (OFED `peer_mem.h`) |
 //! | [`nvidia_p2p`]   | pinned page table and its DMA mapping     | none (NVIDIA `nv-p2p.h`) |
-//! | [`cbref`]        | registry of free-callback references      | none (a hash table; `kernel::xarray` (6.14) churns nodes) |
+//! | [`cbref`]        | registry of free-callback references      | none (an `RBTree` under a C spinlock; `kernel::xarray` (6.14) churns nodes) |
 //! | [`device`]       | DMA device, PCI device                    | `kernel::device`, `kernel::pci` |
 //! | [`scatterlist`]  | scatter-gather tables                     | `kernel::scatterlist` (6.18) |
 //! | [`mmu_notifier`] | address-range watches                     | none yet (`mmu_interval_notifier`) |
@@ -85,9 +85,9 @@ mod raw {
 // The C types of the generated bindings: the kernel's `ffi` crate from 6.13
 // on (c_char is u8, c_ulong usize), `core::ffi` before.
 #[cfg(not(peermem_ffi_crate))]
-use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
+use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 #[cfg(peermem_ffi_crate)]
-use kernel::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
+use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 /// The build's identity (`git describe` of its source, or "unknown"):
 /// `peermem_build` in `rust/helpers.c`.

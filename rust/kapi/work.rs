@@ -8,6 +8,7 @@
 use super::raw;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::error::{code, Result};
 use kernel::sync::Arc;
 
@@ -39,13 +40,15 @@ unsafe extern "C" fn run<T: Deferred>(r: *const super::c_void) {
 /// dropped before its call began.
 pub(crate) struct WorkItem<T: Deferred> {
     ptr: NonNull<raw::peermem_work>,
+    /// Set by the first [`WorkItem::queue`]: an item is queued once in its life.
+    queued: AtomicBool,
     _owner: PhantomData<fn(Arc<T>)>,
 }
 
 // SAFETY: the C object is used from any thread; `queue` is atomic.
 unsafe impl<T: Deferred> Send for WorkItem<T> {}
-// SAFETY: as above: the only shared operation, `queue`, is a
-// test_and_set_bit in C.
+// SAFETY: as above: the only shared operation, `queue`, queues the C item
+// only for the caller that set `queued` first.
 unsafe impl<T: Deferred> Sync for WorkItem<T> {}
 
 impl<T: Deferred> WorkItem<T> {
@@ -58,6 +61,7 @@ impl<T: Deferred> WorkItem<T> {
         // INVARIANT: from `peermem_work_alloc` with `run::<T>`.
         Ok(Self {
             ptr,
+            queued: AtomicBool::new(false),
             _owner: PhantomData,
         })
     }
@@ -74,15 +78,14 @@ impl<T: Deferred> WorkItem<T> {
     /// registration the core has not released, under a lock `release`
     /// takes).
     pub(crate) unsafe fn queue(&self, this: Arc<T>) -> bool {
-        let r = Arc::into_raw(this);
-        // SAFETY: a live item (type invariant); the queue exists (the
-        // caller's guarantee); `r` is a reference the call will consume.
-        let queued = unsafe { raw::peermem_work_queue(self.ptr.as_ptr(), r.cast()) };
-        if !queued {
-            // SAFETY: not stored: the reference `into_raw` made is ours again.
-            drop(unsafe { Arc::from_raw(r) });
+        if self.queued.swap(true, Ordering::AcqRel) {
+            return false;
         }
-        queued
+        // SAFETY: a live item (type invariant), never queued before, so not
+        // pending; the queue exists (the caller's guarantee); the pointer is
+        // a reference the call will consume.
+        unsafe { raw::peermem_work_queue(self.ptr.as_ptr(), Arc::into_raw(this).cast()) };
+        true
     }
 }
 

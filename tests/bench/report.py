@@ -1066,7 +1066,7 @@ PROF_OPS = [
      ["=mmu_interval_notifier_insert"]),
     ("  mmu_interval_notifier_remove", ["=mmu_interval_notifier_remove"], ["=mmu_interval_notifier_remove"]),
     ("  the free callbacks' registry (peermem_cbref_insert, _take)",
-     ["=peermem_cbref_insert", "=peermem_cbref_take"], []),
+     [("5cbref", "insert"), ("5cbref", "take")], []),
     ("  peermem's allocations (watch, work item)", ["=peermem_watch_alloc", "=peermem_work_alloc"], []),
     ("the core's ib_peer_umem_get (client search, get_pages, dma_map under it)", ["=ib_peer_umem_get"],
      ["=ib_peer_umem_get"]),

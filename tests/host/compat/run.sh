@@ -99,16 +99,19 @@ if [ -f "$scratch/peermem.ko" ]; then
 	src=$(readlink -f "$kdir/source" 2>/dev/null || sed -n 's/^# *SRCDIR *:= *//p' "$kdir/Makefile" 2>/dev/null)
 	[ -d "$src" ] || src=$(sed -n 's/^include \(.*\)\/Makefile$/\1/p' "$kdir/Makefile" | head -n1)
 	exports=$kdir/.peermem-exports
-	if [ ! -s "$exports" ] && [ -d "$src" ]; then
+	# Made again when this script is newer (it may name more macro exports).
+	if { [ ! -s "$exports" ] || [ "$here/run.sh" -nt "$exports" ]; } && [ -d "$src" ]; then
 		dirs=(arch/x86 kernel mm lib fs drivers/base drivers/pci drivers/iommu drivers/char
 			drivers/infiniband/core net/core security block rust init)
 		{ (cd "$src" && grep -rhoE --include='*.c' --include='*.h' --include='*.S' \
 			'EXPORT_[A-Z_]*(SYMBOL|THUNK)[A-Z_]*\( *[A-Za-z_][A-Za-z0-9_]*' "${dirs[@]}" 2>/dev/null)
 		  cat "$kdir"/rust/exports_*_generated.h 2>/dev/null | grep -oE 'EXPORT_SYMBOL[A-Z_]*\( *[A-Za-z_][A-Za-z0-9_]*'
 		  # Exports made inside a macro, under the name the macro is given:
-		  # dev_err() & co (drivers/base/core.c), param_ops_<type> (kernel/params.c).
+		  # dev_err() & co (drivers/base/core.c), param_ops_<type> (kernel/params.c)
 		  grep -hoE '^define_dev_printk_level\( *[A-Za-z_][A-Za-z0-9_]*' "$src/drivers/base/core.c"
 		  grep -hoE '^STANDARD_PARAM_DEF\( *[a-z]+' "$src/kernel/params.c" | sed -E 's/\( */(param_ops_/'
+		  # and kstrto*_from_user() (lib/kstrtox.c).
+		  grep -hoE '^kstrto_from_user\( *[A-Za-z_][A-Za-z0-9_]*' "$src/lib/kstrtox.c"
 		} | sed -E 's/.*\( *//' | sort -u > "$exports.tmp" && mv "$exports.tmp" "$exports"
 	fi
 	und=$(nm -u "$scratch/peermem.ko" | awk '{print $2}' |
