@@ -93,6 +93,18 @@ cat >"$root/DEBIAN/postinst" <<P
 # package stays configured, so apt never stops half-done on peermem.
 set -e
 [ "\$1" = configure ] || exit 0
+# BUILD_DEPENDS as make dkms-install writes them: the OFED and NVIDIA DKMS
+# modules registered now, so that dkms autoinstall builds those first for
+# a new kernel (written again at each configure; dpkg --verify shows
+# dkms.conf as changed).
+conf=/usr/src/peermem-$version/dkms.conf
+sed -i '/^BUILD_DEPENDS\[/d' "\$conf"
+i=0
+for d in /var/lib/dkms/mlnx-ofed-kernel /var/lib/dkms/nvidia*; do
+	[ -d "\$d" ] || continue
+	echo "BUILD_DEPENDS[\$i]=\"\$(basename "\$d")\"" >>"\$conf"
+	i=\$((i + 1))
+done
 dkms add -m peermem -v $version >/dev/null 2>&1 || dkms status -m peermem -v $version | grep -q . || exit 1
 failed=""
 for b in /lib/modules/*/build; do

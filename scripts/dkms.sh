@@ -37,8 +37,9 @@
 #     put nvidia-peermem.ko.
 # uninstall: `dkms remove --all` of every peermem version, and the files above.
 # stage: writes the tree of the .deb (scripts/deb.sh, make deb) under ROOT
-#   and runs nothing: ROOT/usr/src/peermem-<version>/ with dkms.conf (no
-#   BUILD_DEPENDS), and the two files in ROOT/usr/lib/modprobe.d/ and
+#   and runs nothing: ROOT/usr/src/peermem-<version>/ with dkms.conf (its
+#   BUILD_DEPENDS are written by the package's postinst, on the host), and
+#   the two files in ROOT/usr/lib/modprobe.d/ and
 #   ROOT/usr/lib/modules-load.d/: a package's own files, which `apt remove`
 #   deletes (in /etc they would be conffiles, which dpkg keeps until a
 #   purge, still acting). Needs neither root nor dkms.

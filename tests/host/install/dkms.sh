@@ -38,6 +38,13 @@ made_moddir=0 made_build=0 made_etc=1 k6rel='' made_moddir6=0 made_build6=0 made
 # A kernel whose build fails (Rust and its metadata, a Makefile that
 # errors): the package must skip it and stay configured.
 kfail=0.0.0-peermem-failing made_fail=0
+# A kernel with Rust but without its Rust metadata (Ubuntu's headers
+# without linux-lib-rust-<release>): skipped with a message naming it.
+knometa=0.0.0-peermem-nometa made_nometa=0
+# A stand-in NVIDIA DKMS module registered on the host (empty: dkms only
+# reads BUILD_DEPENDS at autoinstall), which the package's dkms.conf must
+# name in BUILD_DEPENDS as make dkms-install does.
+nvdep=/var/lib/dkms/nvidia-peermemtest made_nvdep=0
 [ -d /lib/modules ] || made_lib=1
 [ -d "/lib/modules/$krel" ] || made_moddir=1
 mok_before=$(ls /var/lib/dkms/mok.* 2>/dev/null)
@@ -61,6 +68,9 @@ dk_cleanup() {
 	fi
 	if [ "$made_moddir" = 1 ]; then rm -rf "/lib/modules/${krel:?}"; fi
 	[ "$made_fail" = 1 ] && rm -rf "/lib/modules/${kfail:?}"
+	[ "$made_nometa" = 1 ] && rm -rf "/lib/modules/${knometa:?}"
+	[ "$made_nvdep" = 1 ] && rmdir "$nvdep"
+	rm -rf "/usr/src/peermem-$ver.1"
 	[ "$made_lib" = 1 ] && rmdir /lib/modules 2>/dev/null
 	rm -rf "$scratch"
 }
@@ -104,6 +114,11 @@ if [ ! -e "/lib/modules/$kfail" ]; then
 	: >"/lib/modules/$kfail/build/rust/libkernel.rmeta"
 	printf 'all modules:\n\t@echo "a kernel tree that cannot build" >&2; exit 1\n' >"/lib/modules/$kfail/build/Makefile"
 fi
+if [ ! -e "/lib/modules/$knometa" ]; then
+	mkdir -p "/lib/modules/$knometa/build" && made_nometa=1
+	printf 'CONFIG_RUST=y\n' >"/lib/modules/$knometa/build/.config"
+fi
+if [ ! -e "$nvdep" ]; then mkdir -p "$nvdep" && made_nvdep=1; fi
 t0=$(date +%s)
 PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb" >"$scratch/dkms-install.log" 2>&1
 rc=$?
@@ -119,6 +134,26 @@ if [ "$made_fail" = 1 ]; then
 	rm -rf "/lib/modules/${kfail:?}" && made_fail=0
 else
 	dk_skip "a failing kernel's build" "/lib/modules/$kfail existed before the test"
+fi
+if [ "$made_nometa" = 1 ]; then
+	if [ "$rc" = 0 ] && grep -q "skipping $knometa: its headers have no Rust metadata (Ubuntu: apt install linux-lib-rust-$knometa)" "$scratch/dkms-install.log"; then
+		ok "dkms: a kernel with Rust but no Rust metadata in its headers ($knometa) is skipped with a message naming linux-lib-rust-<release>"
+	else
+		notok "dkms: the kernel without Rust metadata (rc $rc): $(grep "$knometa" "$scratch/dkms-install.log" | head -n 2 | tr '\n' '|')"
+	fi
+	rm -rf "/lib/modules/${knometa:?}" && made_nometa=0
+else
+	dk_skip "a kernel without Rust metadata" "/lib/modules/$knometa existed before the test"
+fi
+if [ "$made_nvdep" = 1 ]; then
+	if grep -qx "BUILD_DEPENDS\[[0-9]*\]=\"${nvdep##*/}\"" "/usr/src/peermem-$ver/dkms.conf" 2>/dev/null; then
+		ok "dkms: the package's dkms.conf names the NVIDIA DKMS module registered at install (${nvdep##*/}) in BUILD_DEPENDS, as make dkms-install does"
+	else
+		notok "dkms: BUILD_DEPENDS in the package's dkms.conf: $(grep BUILD_DEPENDS "/usr/src/peermem-$ver/dkms.conf" 2>/dev/null | tr '\n' '|')"
+	fi
+	rmdir "$nvdep" && made_nvdep=0
+else
+	dk_skip "BUILD_DEPENDS in the package" "$nvdep existed before the test"
 fi
 log=$(dk_makelog)
 mp=/usr/lib/modprobe.d/peermem.conf ml=/usr/lib/modules-load.d/peermem.conf
@@ -192,6 +227,35 @@ else
 	notok "dkms: switch back to the drop-in package (rc $rc; drop-in '${ko:-none}' $([ -f "$ko" ] && echo present || echo missing), peermem.ko left '$ko0')"
 	tail -n 8 "$scratch/dpkg-switch.log" | sed 's/^/#   /'
 fi
+# An upgrade to a newer version (the same sources as version $ver.1, a
+# tree without git, so the package's version is the plain one), then a
+# rollback to the package before it (apt install --allow-downgrades, which
+# is dpkg's --force-downgrade): each time the installed version's build is
+# the only one in dkms and the module's version is the package's.
+up=$scratch/up
+mkdir -p "$up"
+(cd "$PEERMEM_ROOT" && tar --exclude='*.o' --exclude='*.ko' --exclude='*.cmd' --exclude=ffi_generated.rs \
+	-cf - Kbuild Makefile CHANGELOG.md LICENSE dkms include rust scripts) | tar -xf - -C "$up"
+sed -i "s/^#define PEERMEM_VERSION \"$ver\"/#define PEERMEM_VERSION \"$ver.1\"/" "$up/include/peermem_ffi.h"
+debup=$(bash "$up/scripts/deb.sh" --out "$scratch/deb-up" 2>>"$scratch/deb.log" | tail -n 1)
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$debup" >"$scratch/dpkg-upgrade.log" 2>&1; rc=$?
+vers=$(find /var/lib/dkms/peermem -mindepth 1 -maxdepth 1 -type d ! -name original_module -printf '%f ' 2>/dev/null)
+if [ "$rc" = 0 ] && [ "$(dpkg-query -W -f '${Version}' peermem-dkms 2>/dev/null)" = "$ver.1" ] && [ "$vers" = "$ver.1 " ] &&
+	[ "$(modinfo -F version "$ko" 2>/dev/null)" = "$ver.1" ]; then
+	ok "dkms: upgrade to ${debup##*/}: the package configured, $ver.1 built and installed for $krel, $ver gone from dkms"
+else
+	notok "dkms: upgrade to ${debup:-no package} (rc $rc; dkms has: $vers; module version $(modinfo -F version "$ko" 2>/dev/null))"
+	tail -n 8 "$scratch/dpkg-upgrade.log" | sed 's/^/#   /'
+fi
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i --force-downgrade "$deb" >"$scratch/dpkg-rollback.log" 2>&1; rc=$?
+vers=$(find /var/lib/dkms/peermem -mindepth 1 -maxdepth 1 -type d ! -name original_module -printf '%f ' 2>/dev/null)
+if [ "$rc" = 0 ] && [ "$(dpkg-query -W -f '${Version}' peermem-dkms 2>/dev/null)" = "$debv" ] && [ "$vers" = "$ver " ] &&
+	[ "$(modinfo -F version "$ko" 2>/dev/null)" = "$ver" ] && [ ! -e "/usr/src/peermem-$ver.1" ]; then
+	ok "dkms: rollback to ${deb##*/} (--force-downgrade, apt's --allow-downgrades): $ver built and installed again, $ver.1 gone"
+else
+	notok "dkms: rollback to $debv (rc $rc; dkms has: $vers; module version $(modinfo -F version "$ko" 2>/dev/null))"
+	tail -n 8 "$scratch/dpkg-rollback.log" | sed 's/^/#   /'
+fi
 dpkg -r peermem-dkms >"$scratch/dpkg-remove.log" 2>&1; rc=$?
 left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" "$ml" \
 	/etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
@@ -214,8 +278,18 @@ mp=$scratch/modprobe.d/peermem.conf ml=$scratch/modules-load.d/peermem.conf
 # A kernel without the peer-memory core (the 6.12 compile-check tree, when
 # tests/host/compat built it): the default build, with the core found in an
 # old-style OFED DKMS tree for that kernel, a stale `default` rejected.
-k6=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver 6.12 --print-kdir 2>/dev/null | tail -n 1)
-if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kernel.release" ]; then
+# Without a built tree, the prepared one (make modules_prepare, what
+# tests/host/compat makes): no vmlinux symbol list there, so the build may
+# leave the kernel's own symbols unresolved (PEERMEM_UNRESOLVED_OK=1, passed
+# to make through dkms); OFED's and the driver's are resolved as on a host.
+k6=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver 6.12 --print-kdir 2>/dev/null | tail -n 1) k6ok=''
+if [ -z "$k6" ] || [ ! -f "$k6/.peermem-built" ]; then
+	k6=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver 6.12 --prepare-only --print-kdir 2>/dev/null | tail -n 1)
+	[ -n "$k6" ] && [ -f "$k6/.peermem-prepared" ] && k6ok=1
+else
+	k6ok=0
+fi
+if [ -n "$k6ok" ] && [ -f "$k6/include/config/kernel.release" ]; then
 	k6rel=$(cat "$k6/include/config/kernel.release")
 	[ -d "/lib/modules/$k6rel" ] || made_moddir6=1
 	mkdir -p "/lib/modules/$k6rel"
@@ -225,7 +299,7 @@ if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kerne
 	cp "$ofd/Module.symvers" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build/Module.symvers"
 	rm -rf "$tr/usr/src/ofa_kernel-dkms"
 	t0=$(date +%s)
-	PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+	PEERMEM_UNRESOLVED_OK=$k6ok PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
 		bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --kernel "$k6rel" >"$scratch/dkms-install6.log" 2>&1
 	rc=$?
 	t1=$(date +%s)
@@ -245,8 +319,8 @@ if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kerne
 		notok "dkms: $k6rel OFED discovery: $(grep -m3 'peermem:' "$log6" 2>/dev/null | tr '\n' '|')"
 	fi
 else
-	dk_skip "a build for a kernel without the core (6.12)" "no 6.12 compile-check tree (tests/host/compat builds it)"
-	dk_skip "OFED discovery in a DKMS build" "no 6.12 compile-check tree"
+	dk_skip "a build for a kernel without the core (6.12)" "no 6.12 tree, built or prepared (tests/host/compat prepares it)"
+	dk_skip "OFED discovery in a DKMS build" "no 6.12 tree, built or prepared"
 fi
 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >"$scratch/dkms-uninstall.log" 2>&1; rc1=$?
 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-uninstall.log" 2>&1; rc2=$?
