@@ -23,8 +23,11 @@
 # (Ubuntu: the MOK of shim-signed; Debian: /var/lib/dkms/mok.key). Removing
 # it (`apt remove`) removes it from dkms for every kernel, and the two files
 # with the package: none is a conffile, so nothing is kept that would go on
-# acting (loading a module at boot, refusing NVIDIA's). Needs dpkg-deb;
-# builds as any user.
+# acting (loading a module at boot, refusing NVIDIA's). The package's
+# maintainer is PEERMEM_MAINTAINER ('Name <mail>': whoever builds it for a
+# fleet and takes its reports), by default a placeholder of the project;
+# it ships troubleshooting.md, whose "Reporting a problem" says what a
+# report needs. Needs dpkg-deb; builds as any user.
 set -euo pipefail
 {
 . "$(dirname "$0")/lib.sh"
@@ -63,8 +66,13 @@ mkdir -p "$root/DEBIAN" "$root/usr/share/doc/peermem-dkms"
 # The doctor, for the operator and for bug reports (--bundle); the changelog.
 install -D -m 0755 scripts/doctor.sh "$root/usr/sbin/peermem-doctor"
 cp CHANGELOG.md "$root/usr/share/doc/peermem-dkms/changelog"
+cp docs/troubleshooting.md "$root/usr/share/doc/peermem-dkms/troubleshooting.md"
 cp LICENSE "$root/usr/share/doc/peermem-dkms/copyright"
 size=$(du -sk "$root" | cut -f1)
+# Who answers for this package: whoever builds it for a fleet sets
+# PEERMEM_MAINTAINER to themselves; the default is a placeholder of the
+# project (reports: troubleshooting.md, "Reporting a problem").
+maint=${PEERMEM_MAINTAINER:-peermem project <peermem-maintainers@example.invalid>}
 # No Recommends of a compiler: a module is built with the kernel's own
 # (gcc for Ubuntu's kernels; for a clang-built one its versioned clang,
 # which the Makefile names), and an unversioned clang/lld would only pull
@@ -77,13 +85,15 @@ Section: kernel
 Priority: optional
 Depends: dkms (>= 2.8), make, python3
 Installed-Size: $size
-Maintainer: peermem developers <peermem@localhost>
+Maintainer: $maint
 Description: GPU-memory peer-memory client for RDMA (DKMS, Rust)
  peermem lets RDMA adapters register NVIDIA GPU memory with plain
  ibv_reg_mr(): a peer-memory client for the MLNX_OFED / DOCA-OFED core,
  written in Rust, installed as the module $modname. It builds only for
  kernels with CONFIG_RUST=y whose headers carry the Rust metadata, with the
  rustc and bindgen that kernel was built with (see docs/install.md).
+ Problems: peermem-doctor; to report one, see
+ /usr/share/doc/peermem-dkms/troubleshooting.md, "Reporting a problem".
 C
 cat >"$root/DEBIAN/postinst" <<P
 #!/bin/sh

@@ -100,11 +100,12 @@ deb=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb" 2>"$scratch/deb.l
 cont=$(dpkg-deb -c "$deb" 2>/dev/null | awk '{print $6}')
 debv=$(dpkg-deb -f "$deb" Version 2>/dev/null)
 if [ -f "$deb" ] && { [ "$debv" = "$ver" ] || [[ $debv == "$ver+git"[0-9]*.g* ]]; } && [ "$(dpkg-deb -f "$deb" Package)" = peermem-dkms ] &&
-	grep -qx './usr/sbin/peermem-doctor' <<<"$cont" &&
+	grep -qx './usr/sbin/peermem-doctor' <<<"$cont" && grep -qx './usr/share/doc/peermem-dkms/troubleshooting.md' <<<"$cont" &&
+	[ "$(dpkg-deb -f "$deb" Maintainer)" = 'peermem project <peermem-maintainers@example.invalid>' ] &&
 	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './usr/lib/modprobe.d/peermem.conf' <<<"$cont" &&
 	grep -qx './usr/lib/modules-load.d/peermem.conf' <<<"$cont" && ! grep -q '^\./etc/.' <<<"$cont" &&
 	! dpkg-deb -I "$deb" conffiles >/dev/null 2>&1 && ! grep -qE '\.(o|ko|cmd)$|ffi_generated' <<<"$cont"; then
-	ok "dkms: make deb builds ${deb##*/} (version $debv: $ver from include/peermem_ffi.h, +git<commits>.g<hash> off a release tag; the doctor as /usr/sbin/peermem-doctor; sources, dkms.conf, /usr/lib/modprobe.d and /usr/lib/modules-load.d files, nothing in /etc, no conffiles; no build outputs)"
+	ok "dkms: make deb builds ${deb##*/} (version $debv: $ver from include/peermem_ffi.h, +git<commits>.g<hash> off a release tag; the doctor as /usr/sbin/peermem-doctor, troubleshooting.md (where to report), the project's placeholder maintainer; sources, dkms.conf, /usr/lib/modprobe.d and /usr/lib/modules-load.d files, nothing in /etc, no conffiles; no build outputs)"
 else
 	notok "dkms: make deb: ${deb:-no package} ($(tail -n 3 "$scratch/deb.log" | tr '\n' '|'))"
 fi
@@ -207,11 +208,14 @@ fi
 # Switching builds with the package (troubleshooting.md, "Switching"): the
 # DROPIN=0 package installed over the drop-in one (same version: a
 # reinstall, whose prerm removes the old build from dkms), then back.
-deb0=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb-peermem" --peermem 2>>"$scratch/deb.log" | tail -n 1)
+deb0=$(PEERMEM_MAINTAINER='Fleet Ops <ops@example.com>' bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb-peermem" --peermem 2>>"$scratch/deb.log" | tail -n 1)
 PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb0" >"$scratch/dpkg-switch.log" 2>&1; rc=$?
 ko0=$(ls "/lib/modules/$krel/updates/dkms/peermem.ko"* 2>/dev/null | head -n 1)
 koold=$(ls "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* 2>/dev/null)
 rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
+if [ "$(dpkg-deb -f "$deb0" Maintainer 2>/dev/null)" = 'Fleet Ops <ops@example.com>' ]; then
+	ok "dkms: make deb with PEERMEM_MAINTAINER names that maintainer in the package"
+else notok "dkms: PEERMEM_MAINTAINER: the package's maintainer is '$(dpkg-deb -f "$deb0" Maintainer 2>/dev/null)'"; fi
 if [ "$rc" = 0 ] && [ -n "$ko0" ] && [ "$(modinfo -F name "$ko0")" = peermem ] && [ -z "$koold" ] &&
 	grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
 	ok "dkms: switching to the DROPIN=0 package (dpkg -i over the drop-in one): peermem.ko installed, nvidia_peermem.ko gone, its softdep, install rule and boot load"
