@@ -6,7 +6,7 @@
 #
 # The package holds what `make dkms-install` puts on a host (scripts/dkms.sh
 # stage): the sources and dkms.conf in /usr/src/peermem-<version>/,
-# /usr/lib/modprobe.d/peermem.conf (softdeps on the NVIDIA driver and OFED's
+# /usr/lib/modprobe.d/peermem-softdep.conf (softdeps on the NVIDIA driver and OFED's
 # core) and /usr/lib/modules-load.d/peermem.conf (load at boot); a file of
 # the same name in /etc overrides either (kmod and systemd read both, on the
 # merged /usr of every current Debian and Ubuntu). By default the

@@ -24,8 +24,8 @@ if [ "$(id -u)" != 0 ] || ! command -v dkms >/dev/null || [ -z "${KDIR:-}" ] ||
 fi
 exec 9>/tmp/peermem-dkms-test.lock
 flock 9
-if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem.conf ] ||
-	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
+if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem-softdep.conf ] ||
+	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem-softdep.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
 	dpkg-query -W peermem-dkms >/dev/null 2>&1 || ! command -v dpkg >/dev/null; then
 	dk_skip "build, install, uninstall" "a peermem install exists on this host (/var/lib/dkms/peermem, /usr/src/peermem-*, peermem.conf in /etc or /usr/lib modprobe.d or modules-load.d, or the peermem-dkms package), or no dpkg; not touching it"
 	exec 9>&-
@@ -57,7 +57,7 @@ dk_cleanup() {
 	dpkg --purge peermem-dkms >/dev/null 2>&1
 	dkms remove "peermem/$ver" --all >/dev/null 2>&1
 	rm -rf /var/lib/dkms/peermem "/usr/src/peermem-$ver"
-	[ "$made_etc" = 1 ] && rm -f /etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf /usr/lib/modprobe.d/peermem.conf /usr/lib/modules-load.d/peermem.conf
+	[ "$made_etc" = 1 ] && rm -f /etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf /usr/lib/modprobe.d/peermem-softdep.conf /usr/lib/modules-load.d/peermem.conf
 	rm -f "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"*
 	[ -n "$mok_before" ] || rm -f /var/lib/dkms/mok.key /var/lib/dkms/mok.pub
 	[ "$made_build" = 1 ] && rm -f "/lib/modules/$krel/build"
@@ -102,7 +102,7 @@ debv=$(dpkg-deb -f "$deb" Version 2>/dev/null)
 if [ -f "$deb" ] && { [ "$debv" = "$ver" ] || [[ $debv == "$ver+git"[0-9]*.g* ]]; } && [ "$(dpkg-deb -f "$deb" Package)" = peermem-dkms ] &&
 	grep -qx './usr/sbin/peermem-doctor' <<<"$cont" && grep -qx './usr/share/doc/peermem-dkms/troubleshooting.md' <<<"$cont" &&
 	[ "$(dpkg-deb -f "$deb" Maintainer)" = 'peermem project <peermem-maintainers@example.invalid>' ] &&
-	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './usr/lib/modprobe.d/peermem.conf' <<<"$cont" &&
+	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './usr/lib/modprobe.d/peermem-softdep.conf' <<<"$cont" &&
 	grep -qx './usr/lib/modules-load.d/peermem.conf' <<<"$cont" && ! grep -q '^\./etc/.' <<<"$cont" &&
 	! dpkg-deb -I "$deb" conffiles >/dev/null 2>&1 && ! grep -qE '\.(o|ko|cmd)$|ffi_generated' <<<"$cont"; then
 	ok "dkms: make deb builds ${deb##*/} (version $debv: $ver from include/peermem_ffi.h, +git<commits>.g<hash> off a release tag; the doctor as /usr/sbin/peermem-doctor, troubleshooting.md (where to report), the project's placeholder maintainer; sources, dkms.conf, /usr/lib/modprobe.d and /usr/lib/modules-load.d files, nothing in /etc, no conffiles; no build outputs)"
@@ -157,7 +157,7 @@ else
 	dk_skip "BUILD_DEPENDS in the package" "$nvdep existed before the test"
 fi
 log=$(dk_makelog)
-mp=/usr/lib/modprobe.d/peermem.conf ml=/usr/lib/modules-load.d/peermem.conf
+mp=/usr/lib/modprobe.d/peermem-softdep.conf ml=/usr/lib/modules-load.d/peermem.conf
 if [ "$rc" = 0 ] && dkms status "peermem/$ver" -k "$krel" 2>/dev/null | grep -q ': installed'; then
 	ok "dkms: dpkg -i ${deb##*/} adds peermem/$ver to dkms, builds and installs the drop-in for $krel ($((t1 - t0)) s)"
 else
@@ -183,9 +183,9 @@ if [ -f "/usr/src/peermem-$ver/dkms.conf" ] && [ -f "/usr/src/peermem-$ver/rust/
 	ok "dkms: /usr/src/peermem-$ver holds the sources and dkms.conf, no build outputs of the checkout"
 else notok "dkms: /usr/src/peermem-$ver: $(echo "$junk" | head -n 3)"; fi
 if grep -qx 'softdep nvidia_peermem pre: nvidia ib_uverbs ib_core' "$mp" 2>/dev/null && ! grep -qE '^(blacklist|install) ' "$mp"; then
-	ok "dkms: modprobe.d/peermem.conf has the softdep on the driver and OFED's core (and for the drop-in no blacklist or install rule: modprobe nvidia_peermem is ours)"
+	ok "dkms: modprobe.d/peermem-softdep.conf has the softdep on the driver and OFED's core (and for the drop-in no blacklist or install rule: modprobe nvidia_peermem is ours)"
 else
-	notok "dkms: modprobe.d/peermem.conf: $(tr '\n' '|' <"$mp" 2>/dev/null)"
+	notok "dkms: modprobe.d/peermem-softdep.conf: $(tr '\n' '|' <"$mp" 2>/dev/null)"
 fi
 if [ "$(grep -v '^#' "$ml" 2>/dev/null)" = nvidia_peermem ]; then
 	ok "dkms: modules-load.d/peermem.conf loads nvidia_peermem at boot"
@@ -239,7 +239,7 @@ fi
 up=$scratch/up
 mkdir -p "$up"
 (cd "$PEERMEM_ROOT" && tar --exclude='*.o' --exclude='*.ko' --exclude='*.cmd' --exclude=ffi_generated.rs \
-	-cf - Kbuild Makefile CHANGELOG.md LICENSE dkms include rust scripts) | tar -xf - -C "$up"
+	-cf - Kbuild Makefile CHANGELOG.md LICENSE dkms include rust scripts docs/troubleshooting.md) | tar -xf - -C "$up"
 sed -i "s/^#define PEERMEM_VERSION \"$ver\"/#define PEERMEM_VERSION \"$ver.1\"/" "$up/include/peermem_ffi.h"
 debup=$(bash "$up/scripts/deb.sh" --out "$scratch/deb-up" 2>>"$scratch/deb.log" | tail -n 1)
 PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$debup" >"$scratch/dpkg-upgrade.log" 2>&1; rc=$?
@@ -262,7 +262,7 @@ else
 fi
 dpkg -r peermem-dkms >"$scratch/dpkg-remove.log" 2>&1; rc=$?
 left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" "$ml" \
-	/etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
+	/etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
 got=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null)
 if [ "$rc" = 0 ] && [ -z "$left" ] && [ "$got" != "$ko" ]; then
 	ok "dkms: dpkg -r peermem-dkms (apt remove) removes it from dkms for every kernel, its sources, the module (modprobe no longer resolves to it) and both config files: nothing left that acts"
@@ -278,7 +278,7 @@ else
 fi
 made_etc=0
 # From here on scripts/dkms.sh writes its /etc files into the scratch directory.
-mp=$scratch/modprobe.d/peermem.conf ml=$scratch/modules-load.d/peermem.conf
+mp=$scratch/modprobe.d/peermem-softdep.conf ml=$scratch/modules-load.d/peermem.conf
 # A kernel without the peer-memory core (the 6.12 compile-check tree, when
 # tests/host/compat built it): the default build, with the core found in an
 # old-style OFED DKMS tree for that kernel, a stale `default` rejected.
@@ -336,21 +336,30 @@ else
 	tail -n 10 "$scratch/dkms-uninstall.log" | sed 's/^/#   /'
 fi
 # --peermem, with a stand-in dkms (nothing built): the files it writes.
-mkdir -p "$scratch/fakedkms"
+# Before it, the modprobe.d file of an earlier version (peermem.conf, with
+# its header) and an operator's options file: the install removes the
+# first and leaves the second alone.
+mkdir -p "$scratch/fakedkms" "$scratch/modprobe.d"
+printf "# Installed by peermem's make dkms-install (scripts/dkms.sh); removed by make dkms-uninstall.\nsoftdep nvidia_peermem pre: nvidia\n" >"$scratch/modprobe.d/peermem.conf"
+echo 'options nvidia_peermem watch_cache_mib=128' >"$scratch/modprobe.d/peermem-options.conf"
 printf '#!/bin/sh\nexit 0\n' >"$scratch/fakedkms/dkms"; chmod +x "$scratch/fakedkms/dkms"
 DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
 	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --kernel "$krel" >"$scratch/dkms-peermem.log" 2>&1; rc=$?
 rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
 out=$(sh -c "$rule" 2>&1); rrc=$?
 if [ "$rc" = 0 ] && grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$rrc" != 0 ] &&
-	grep -q 'peermem serves GPU memory' <<<"$out" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
-	ok "dkms: --peermem: softdep for peermem, modprobe nvidia-peermem fails with a message (exit $rrc), peermem loads at boot"
+	grep -q 'peermem serves GPU memory' <<<"$out" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ] &&
+	[ ! -e "$scratch/modprobe.d/peermem.conf" ] && [ "$(cat "$scratch/modprobe.d/peermem-options.conf")" = 'options nvidia_peermem watch_cache_mib=128' ]; then
+	ok "dkms: --peermem: softdep for peermem, modprobe nvidia-peermem fails with a message (exit $rrc), peermem loads at boot; an earlier version's peermem.conf removed, the operator's peermem-options.conf kept"
 else
-	notok "dkms: --peermem (rc $rc): rule '$rule' (exit $rrc: $out); modprobe.d: $(tr '\n' '|' <"$mp" 2>/dev/null); modules-load.d: $(tr '\n' '|' <"$ml" 2>/dev/null)"
+	notok "dkms: --peermem (rc $rc): rule '$rule' (exit $rrc: $out); modprobe.d: $(tr '\n' '|' <"$mp" 2>/dev/null); modules-load.d: $(tr '\n' '|' <"$ml" 2>/dev/null); in modprobe.d: $(ls "$scratch/modprobe.d" | tr '\n' ' ')"
 fi
+# An operator's own peermem.conf (no header of ours) is not peermem's to remove.
+echo 'options peermem watch_cache=64' >"$scratch/modprobe.d/peermem.conf"
 DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
 	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --no-boot-load --kernel "$krel" >>"$scratch/dkms-peermem.log" 2>&1
-if [ ! -e "$ml" ] && [ -f "$mp" ]; then ok "dkms: --no-boot-load writes no modules-load.d file (and the one of the install before is gone)"
+if [ ! -e "$ml" ] && [ -f "$mp" ] && [ "$(cat "$scratch/modprobe.d/peermem.conf" 2>/dev/null)" = 'options peermem watch_cache=64' ]; then
+	ok "dkms: --no-boot-load writes no modules-load.d file (and the one of the install before is gone); an operator's own peermem.conf is kept"
 else notok "dkms: --no-boot-load: $ml: $(tr '\n' '|' <"$ml" 2>/dev/null); $mp $([ -f "$mp" ] && echo present || echo missing)"; fi
 DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
 	bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-peermem.log" 2>&1
