@@ -16,6 +16,8 @@
 # from the built library); libpeermem-dev on libpeermem1 of the same
 # version and linux-libc-dev (<linux/types.h>). Needs dpkg-deb and
 # dpkg-architecture; builds as any user, in a scratch directory.
+# PEERMEM_MAINTAINER names the packages' maintainer (who builds them for a
+# fleet: themselves; default a placeholder of the project).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -67,7 +69,7 @@ Priority: optional
 Depends: libc6 (>= ${glibc:-2.34})
 Suggests: peermem-dkms
 Installed-Size: $(du -sk "$rt" | cut -f1)
-Maintainer: peermem developers <peermem@localhost>
+Maintainer: ${PEERMEM_MAINTAINER:-peermem project <peermem-maintainers@example.invalid>}
 Description: client library of peermem's GPU-memory revocation channel
  libpeermem reads /dev/peermem, which tells a process which of its RDMA
  registrations of GPU memory peermem revoked (GPU memory freed, unmapped,
@@ -96,7 +98,7 @@ Section: libdevel
 Priority: optional
 Depends: libpeermem$major (= $version), linux-libc-dev
 Installed-Size: $(du -sk "$dev" | cut -f1)
-Maintainer: peermem developers <peermem@localhost>
+Maintainer: ${PEERMEM_MAINTAINER:-peermem project <peermem-maintainers@example.invalid>}
 Description: client library of peermem's revocation channel (development files)
  Headers (<peermem/libpeermem.h>, <peermem/peermem.h>, the channel's ABI),
  the static library, peermem.pc for pkg-config and man 3 libpeermem.

@@ -6,7 +6,7 @@
 #
 # The package holds what `make dkms-install` puts on a host (scripts/dkms.sh
 # stage): the sources and dkms.conf in /usr/src/peermem-<version>/,
-# /usr/lib/modprobe.d/peermem.conf (softdeps on the NVIDIA driver and OFED's
+# /usr/lib/modprobe.d/peermem-softdep.conf (softdeps on the NVIDIA driver and OFED's
 # core) and /usr/lib/modules-load.d/peermem.conf (load at boot); a file of
 # the same name in /etc overrides either (kmod and systemd read both, on the
 # merged /usr of every current Debian and Ubuntu). By default the
@@ -23,8 +23,11 @@
 # (Ubuntu: the MOK of shim-signed; Debian: /var/lib/dkms/mok.key). Removing
 # it (`apt remove`) removes it from dkms for every kernel, and the two files
 # with the package: none is a conffile, so nothing is kept that would go on
-# acting (loading a module at boot, refusing NVIDIA's). Needs dpkg-deb;
-# builds as any user.
+# acting (loading a module at boot, refusing NVIDIA's). The package's
+# maintainer is PEERMEM_MAINTAINER ('Name <mail>': whoever builds it for a
+# fleet and takes its reports), by default a placeholder of the project;
+# it ships troubleshooting.md, whose "Reporting a problem" says what a
+# report needs. Needs dpkg-deb; builds as any user.
 set -euo pipefail
 {
 . "$(dirname "$0")/lib.sh"
@@ -63,8 +66,13 @@ mkdir -p "$root/DEBIAN" "$root/usr/share/doc/peermem-dkms"
 # The doctor, for the operator and for bug reports (--bundle); the changelog.
 install -D -m 0755 scripts/doctor.sh "$root/usr/sbin/peermem-doctor"
 cp CHANGELOG.md "$root/usr/share/doc/peermem-dkms/changelog"
+cp docs/troubleshooting.md "$root/usr/share/doc/peermem-dkms/troubleshooting.md"
 cp LICENSE "$root/usr/share/doc/peermem-dkms/copyright"
 size=$(du -sk "$root" | cut -f1)
+# Who answers for this package: whoever builds it for a fleet sets
+# PEERMEM_MAINTAINER to themselves; the default is a placeholder of the
+# project (reports: troubleshooting.md, "Reporting a problem").
+maint=${PEERMEM_MAINTAINER:-peermem project <peermem-maintainers@example.invalid>}
 # No Recommends of a compiler: a module is built with the kernel's own
 # (gcc for Ubuntu's kernels; for a clang-built one its versioned clang,
 # which the Makefile names), and an unversioned clang/lld would only pull
@@ -77,13 +85,15 @@ Section: kernel
 Priority: optional
 Depends: dkms (>= 2.8), make, python3
 Installed-Size: $size
-Maintainer: peermem developers <peermem@localhost>
+Maintainer: $maint
 Description: GPU-memory peer-memory client for RDMA (DKMS, Rust)
  peermem lets RDMA adapters register NVIDIA GPU memory with plain
  ibv_reg_mr(): a peer-memory client for the MLNX_OFED / DOCA-OFED core,
  written in Rust, installed as the module $modname. It builds only for
  kernels with CONFIG_RUST=y whose headers carry the Rust metadata, with the
  rustc and bindgen that kernel was built with (see docs/install.md).
+ Problems: peermem-doctor; to report one, see
+ /usr/share/doc/peermem-dkms/troubleshooting.md, "Reporting a problem".
 C
 cat >"$root/DEBIAN/postinst" <<P
 #!/bin/sh
@@ -93,6 +103,18 @@ cat >"$root/DEBIAN/postinst" <<P
 # package stays configured, so apt never stops half-done on peermem.
 set -e
 [ "\$1" = configure ] || exit 0
+# BUILD_DEPENDS as make dkms-install writes them: the OFED and NVIDIA DKMS
+# modules registered now, so that dkms autoinstall builds those first for
+# a new kernel (written again at each configure; dpkg --verify shows
+# dkms.conf as changed).
+conf=/usr/src/peermem-$version/dkms.conf
+sed -i '/^BUILD_DEPENDS\[/d' "\$conf"
+i=0
+for d in /var/lib/dkms/mlnx-ofed-kernel /var/lib/dkms/nvidia*; do
+	[ -d "\$d" ] || continue
+	echo "BUILD_DEPENDS[\$i]=\"\$(basename "\$d")\"" >>"\$conf"
+	i=\$((i + 1))
+done
 dkms add -m peermem -v $version >/dev/null 2>&1 || dkms status -m peermem -v $version | grep -q . || exit 1
 failed=""
 for b in /lib/modules/*/build; do

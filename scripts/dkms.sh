@@ -20,7 +20,7 @@
 #   - BUILD_DEPENDS names the OFED and NVIDIA DKMS modules that are
 #     registered with dkms now (mlnx-ofed-kernel, nvidia*), so that after a
 #     kernel update dkms builds them first;
-#   - installs /etc/modprobe.d/peermem.conf (dkms/modprobe.conf.in):
+#   - installs /etc/modprobe.d/peermem-softdep.conf (dkms/modprobe.conf.in):
 #     softdeps on the NVIDIA driver and OFED's core; with --peermem also a
 #     rule that makes `modprobe nvidia-peermem` fail with a message (two
 #     clients named nv_mem would both register and the first would take
@@ -37,8 +37,9 @@
 #     put nvidia-peermem.ko.
 # uninstall: `dkms remove --all` of every peermem version, and the files above.
 # stage: writes the tree of the .deb (scripts/deb.sh, make deb) under ROOT
-#   and runs nothing: ROOT/usr/src/peermem-<version>/ with dkms.conf (no
-#   BUILD_DEPENDS), and the two files in ROOT/usr/lib/modprobe.d/ and
+#   and runs nothing: ROOT/usr/src/peermem-<version>/ with dkms.conf (its
+#   BUILD_DEPENDS are written by the package's postinst, on the host), and
+#   the two files in ROOT/usr/lib/modprobe.d/ and
 #   ROOT/usr/lib/modules-load.d/: a package's own files, which `apt remove`
 #   deletes (in /etc they would be conffiles, which dpkg keeps until a
 #   purge, still acting). Needs neither root nor dkms.
@@ -95,7 +96,7 @@ if [ "$dropin" = 1 ]; then modname=nvidia_peermem makeopt="DROPIN=1"; fi
 # what removes them.
 stage_files() {
 	local dst=$1/$name-$version mpd=$2 mld=$3 origin=$4 undo=$5 bdeps="" i=0 d; shift 5
-	local mpfile=${mpd#"${stage_root:-}"}/peermem.conf
+	local mpfile=${mpd#"${stage_root:-}"}/peermem-softdep.conf
 	mkdir -p "$dst/scripts"
 	# The sources only (no build outputs of a checkout that was built).
 	(cd "$top" && cp Kbuild Makefile "$dst"/ &&
@@ -117,7 +118,7 @@ stage_files() {
 			sed -n '/^# BEGIN peermem/,/^# END peermem/{/^# BEGIN\|^# END/d;p}' "$top/dkms/modprobe.conf.in"
 		fi
 	} | sed -e "s|@MODNAME@|$modname|g" -e "s|@ORIGIN@|Installed by $origin; removed by $undo.|" \
-		-e "s|@FILE@|$mpfile|g" -e "s|@UNDO@|$undo|g" >"$mpd/peermem.conf"
+		-e "s|@FILE@|$mpfile|g" -e "s|@UNDO@|$undo|g" >"$mpd/peermem-softdep.conf"
 	if [ "$bootload" = 1 ]; then
 		mkdir -p "$mld"
 		printf '# Installed by %s; removed by %s.\n# Load peermem at boot, after the GPU driver and the peer-memory core\n# (softdeps in %s).\n%s\n' \
@@ -146,7 +147,9 @@ uninstall() {
 		rm -rf "${src_root:?}/$name-$v"
 	done
 	rm -rf "${src_root:?}/$name-$version"
-	rm -f "$modprobe_d/peermem.conf" "$modules_load_d/peermem.conf"
+	rm -f "$modprobe_d/peermem-softdep.conf" "$modules_load_d/peermem.conf"
+	# Versions before 0.3.0 wrote peermem.conf (the operator's if not ours).
+	if grep -qs "^# Installed by peermem's make dkms-install" "$modprobe_d/peermem.conf"; then rm -f "$modprobe_d/peermem.conf"; fi
 }
 
 case $cmd in

@@ -24,8 +24,8 @@ if [ "$(id -u)" != 0 ] || ! command -v dkms >/dev/null || [ -z "${KDIR:-}" ] ||
 fi
 exec 9>/tmp/peermem-dkms-test.lock
 flock 9
-if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem.conf ] ||
-	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
+if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem-softdep.conf ] ||
+	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem-softdep.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
 	dpkg-query -W peermem-dkms >/dev/null 2>&1 || ! command -v dpkg >/dev/null; then
 	dk_skip "build, install, uninstall" "a peermem install exists on this host (/var/lib/dkms/peermem, /usr/src/peermem-*, peermem.conf in /etc or /usr/lib modprobe.d or modules-load.d, or the peermem-dkms package), or no dpkg; not touching it"
 	exec 9>&-
@@ -38,6 +38,13 @@ made_moddir=0 made_build=0 made_etc=1 k6rel='' made_moddir6=0 made_build6=0 made
 # A kernel whose build fails (Rust and its metadata, a Makefile that
 # errors): the package must skip it and stay configured.
 kfail=0.0.0-peermem-failing made_fail=0
+# A kernel with Rust but without its Rust metadata (Ubuntu's headers
+# without linux-lib-rust-<release>): skipped with a message naming it.
+knometa=0.0.0-peermem-nometa made_nometa=0
+# A stand-in NVIDIA DKMS module registered on the host (empty: dkms only
+# reads BUILD_DEPENDS at autoinstall), which the package's dkms.conf must
+# name in BUILD_DEPENDS as make dkms-install does.
+nvdep=/var/lib/dkms/nvidia-peermemtest made_nvdep=0
 [ -d /lib/modules ] || made_lib=1
 [ -d "/lib/modules/$krel" ] || made_moddir=1
 mok_before=$(ls /var/lib/dkms/mok.* 2>/dev/null)
@@ -50,7 +57,7 @@ dk_cleanup() {
 	dpkg --purge peermem-dkms >/dev/null 2>&1
 	dkms remove "peermem/$ver" --all >/dev/null 2>&1
 	rm -rf /var/lib/dkms/peermem "/usr/src/peermem-$ver"
-	[ "$made_etc" = 1 ] && rm -f /etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf /usr/lib/modprobe.d/peermem.conf /usr/lib/modules-load.d/peermem.conf
+	[ "$made_etc" = 1 ] && rm -f /etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf /usr/lib/modprobe.d/peermem-softdep.conf /usr/lib/modules-load.d/peermem.conf
 	rm -f "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"*
 	[ -n "$mok_before" ] || rm -f /var/lib/dkms/mok.key /var/lib/dkms/mok.pub
 	[ "$made_build" = 1 ] && rm -f "/lib/modules/$krel/build"
@@ -61,6 +68,9 @@ dk_cleanup() {
 	fi
 	if [ "$made_moddir" = 1 ]; then rm -rf "/lib/modules/${krel:?}"; fi
 	[ "$made_fail" = 1 ] && rm -rf "/lib/modules/${kfail:?}"
+	[ "$made_nometa" = 1 ] && rm -rf "/lib/modules/${knometa:?}"
+	[ "$made_nvdep" = 1 ] && rmdir "$nvdep"
+	rm -rf "/usr/src/peermem-$ver.1"
 	[ "$made_lib" = 1 ] && rmdir /lib/modules 2>/dev/null
 	rm -rf "$scratch"
 }
@@ -90,11 +100,12 @@ deb=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb" 2>"$scratch/deb.l
 cont=$(dpkg-deb -c "$deb" 2>/dev/null | awk '{print $6}')
 debv=$(dpkg-deb -f "$deb" Version 2>/dev/null)
 if [ -f "$deb" ] && { [ "$debv" = "$ver" ] || [[ $debv == "$ver+git"[0-9]*.g* ]]; } && [ "$(dpkg-deb -f "$deb" Package)" = peermem-dkms ] &&
-	grep -qx './usr/sbin/peermem-doctor' <<<"$cont" &&
-	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './usr/lib/modprobe.d/peermem.conf' <<<"$cont" &&
+	grep -qx './usr/sbin/peermem-doctor' <<<"$cont" && grep -qx './usr/share/doc/peermem-dkms/troubleshooting.md' <<<"$cont" &&
+	[ "$(dpkg-deb -f "$deb" Maintainer)" = 'peermem project <peermem-maintainers@example.invalid>' ] &&
+	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './usr/lib/modprobe.d/peermem-softdep.conf' <<<"$cont" &&
 	grep -qx './usr/lib/modules-load.d/peermem.conf' <<<"$cont" && ! grep -q '^\./etc/.' <<<"$cont" &&
 	! dpkg-deb -I "$deb" conffiles >/dev/null 2>&1 && ! grep -qE '\.(o|ko|cmd)$|ffi_generated' <<<"$cont"; then
-	ok "dkms: make deb builds ${deb##*/} (version $debv: $ver from include/peermem_ffi.h, +git<commits>.g<hash> off a release tag; the doctor as /usr/sbin/peermem-doctor; sources, dkms.conf, /usr/lib/modprobe.d and /usr/lib/modules-load.d files, nothing in /etc, no conffiles; no build outputs)"
+	ok "dkms: make deb builds ${deb##*/} (version $debv: $ver from include/peermem_ffi.h, +git<commits>.g<hash> off a release tag; the doctor as /usr/sbin/peermem-doctor, troubleshooting.md (where to report), the project's placeholder maintainer; sources, dkms.conf, /usr/lib/modprobe.d and /usr/lib/modules-load.d files, nothing in /etc, no conffiles; no build outputs)"
 else
 	notok "dkms: make deb: ${deb:-no package} ($(tail -n 3 "$scratch/deb.log" | tr '\n' '|'))"
 fi
@@ -104,6 +115,11 @@ if [ ! -e "/lib/modules/$kfail" ]; then
 	: >"/lib/modules/$kfail/build/rust/libkernel.rmeta"
 	printf 'all modules:\n\t@echo "a kernel tree that cannot build" >&2; exit 1\n' >"/lib/modules/$kfail/build/Makefile"
 fi
+if [ ! -e "/lib/modules/$knometa" ]; then
+	mkdir -p "/lib/modules/$knometa/build" && made_nometa=1
+	printf 'CONFIG_RUST=y\n' >"/lib/modules/$knometa/build/.config"
+fi
+if [ ! -e "$nvdep" ]; then mkdir -p "$nvdep" && made_nvdep=1; fi
 t0=$(date +%s)
 PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb" >"$scratch/dkms-install.log" 2>&1
 rc=$?
@@ -120,8 +136,28 @@ if [ "$made_fail" = 1 ]; then
 else
 	dk_skip "a failing kernel's build" "/lib/modules/$kfail existed before the test"
 fi
+if [ "$made_nometa" = 1 ]; then
+	if [ "$rc" = 0 ] && grep -q "skipping $knometa: its headers have no Rust metadata (Ubuntu: apt install linux-lib-rust-$knometa)" "$scratch/dkms-install.log"; then
+		ok "dkms: a kernel with Rust but no Rust metadata in its headers ($knometa) is skipped with a message naming linux-lib-rust-<release>"
+	else
+		notok "dkms: the kernel without Rust metadata (rc $rc): $(grep "$knometa" "$scratch/dkms-install.log" | head -n 2 | tr '\n' '|')"
+	fi
+	rm -rf "/lib/modules/${knometa:?}" && made_nometa=0
+else
+	dk_skip "a kernel without Rust metadata" "/lib/modules/$knometa existed before the test"
+fi
+if [ "$made_nvdep" = 1 ]; then
+	if grep -qx "BUILD_DEPENDS\[[0-9]*\]=\"${nvdep##*/}\"" "/usr/src/peermem-$ver/dkms.conf" 2>/dev/null; then
+		ok "dkms: the package's dkms.conf names the NVIDIA DKMS module registered at install (${nvdep##*/}) in BUILD_DEPENDS, as make dkms-install does"
+	else
+		notok "dkms: BUILD_DEPENDS in the package's dkms.conf: $(grep BUILD_DEPENDS "/usr/src/peermem-$ver/dkms.conf" 2>/dev/null | tr '\n' '|')"
+	fi
+	rmdir "$nvdep" && made_nvdep=0
+else
+	dk_skip "BUILD_DEPENDS in the package" "$nvdep existed before the test"
+fi
 log=$(dk_makelog)
-mp=/usr/lib/modprobe.d/peermem.conf ml=/usr/lib/modules-load.d/peermem.conf
+mp=/usr/lib/modprobe.d/peermem-softdep.conf ml=/usr/lib/modules-load.d/peermem.conf
 if [ "$rc" = 0 ] && dkms status "peermem/$ver" -k "$krel" 2>/dev/null | grep -q ': installed'; then
 	ok "dkms: dpkg -i ${deb##*/} adds peermem/$ver to dkms, builds and installs the drop-in for $krel ($((t1 - t0)) s)"
 else
@@ -147,9 +183,9 @@ if [ -f "/usr/src/peermem-$ver/dkms.conf" ] && [ -f "/usr/src/peermem-$ver/rust/
 	ok "dkms: /usr/src/peermem-$ver holds the sources and dkms.conf, no build outputs of the checkout"
 else notok "dkms: /usr/src/peermem-$ver: $(echo "$junk" | head -n 3)"; fi
 if grep -qx 'softdep nvidia_peermem pre: nvidia ib_uverbs ib_core' "$mp" 2>/dev/null && ! grep -qE '^(blacklist|install) ' "$mp"; then
-	ok "dkms: modprobe.d/peermem.conf has the softdep on the driver and OFED's core (and for the drop-in no blacklist or install rule: modprobe nvidia_peermem is ours)"
+	ok "dkms: modprobe.d/peermem-softdep.conf has the softdep on the driver and OFED's core (and for the drop-in no blacklist or install rule: modprobe nvidia_peermem is ours)"
 else
-	notok "dkms: modprobe.d/peermem.conf: $(tr '\n' '|' <"$mp" 2>/dev/null)"
+	notok "dkms: modprobe.d/peermem-softdep.conf: $(tr '\n' '|' <"$mp" 2>/dev/null)"
 fi
 if [ "$(grep -v '^#' "$ml" 2>/dev/null)" = nvidia_peermem ]; then
 	ok "dkms: modules-load.d/peermem.conf loads nvidia_peermem at boot"
@@ -172,11 +208,14 @@ fi
 # Switching builds with the package (troubleshooting.md, "Switching"): the
 # DROPIN=0 package installed over the drop-in one (same version: a
 # reinstall, whose prerm removes the old build from dkms), then back.
-deb0=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb-peermem" --peermem 2>>"$scratch/deb.log" | tail -n 1)
+deb0=$(PEERMEM_MAINTAINER='Fleet Ops <ops@example.com>' bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb-peermem" --peermem 2>>"$scratch/deb.log" | tail -n 1)
 PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb0" >"$scratch/dpkg-switch.log" 2>&1; rc=$?
 ko0=$(ls "/lib/modules/$krel/updates/dkms/peermem.ko"* 2>/dev/null | head -n 1)
 koold=$(ls "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* 2>/dev/null)
 rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
+if [ "$(dpkg-deb -f "$deb0" Maintainer 2>/dev/null)" = 'Fleet Ops <ops@example.com>' ]; then
+	ok "dkms: make deb with PEERMEM_MAINTAINER names that maintainer in the package"
+else notok "dkms: PEERMEM_MAINTAINER: the package's maintainer is '$(dpkg-deb -f "$deb0" Maintainer 2>/dev/null)'"; fi
 if [ "$rc" = 0 ] && [ -n "$ko0" ] && [ "$(modinfo -F name "$ko0")" = peermem ] && [ -z "$koold" ] &&
 	grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
 	ok "dkms: switching to the DROPIN=0 package (dpkg -i over the drop-in one): peermem.ko installed, nvidia_peermem.ko gone, its softdep, install rule and boot load"
@@ -192,9 +231,38 @@ else
 	notok "dkms: switch back to the drop-in package (rc $rc; drop-in '${ko:-none}' $([ -f "$ko" ] && echo present || echo missing), peermem.ko left '$ko0')"
 	tail -n 8 "$scratch/dpkg-switch.log" | sed 's/^/#   /'
 fi
+# An upgrade to a newer version (the same sources as version $ver.1, a
+# tree without git, so the package's version is the plain one), then a
+# rollback to the package before it (apt install --allow-downgrades, which
+# is dpkg's --force-downgrade): each time the installed version's build is
+# the only one in dkms and the module's version is the package's.
+up=$scratch/up
+mkdir -p "$up"
+(cd "$PEERMEM_ROOT" && tar --exclude='*.o' --exclude='*.ko' --exclude='*.cmd' --exclude=ffi_generated.rs \
+	-cf - Kbuild Makefile CHANGELOG.md LICENSE dkms include rust scripts docs/troubleshooting.md) | tar -xf - -C "$up"
+sed -i "s/^#define PEERMEM_VERSION \"$ver\"/#define PEERMEM_VERSION \"$ver.1\"/" "$up/include/peermem_ffi.h"
+debup=$(bash "$up/scripts/deb.sh" --out "$scratch/deb-up" 2>>"$scratch/deb.log" | tail -n 1)
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$debup" >"$scratch/dpkg-upgrade.log" 2>&1; rc=$?
+vers=$(find /var/lib/dkms/peermem -mindepth 1 -maxdepth 1 -type d ! -name original_module -printf '%f ' 2>/dev/null)
+if [ "$rc" = 0 ] && [ "$(dpkg-query -W -f '${Version}' peermem-dkms 2>/dev/null)" = "$ver.1" ] && [ "$vers" = "$ver.1 " ] &&
+	[ "$(modinfo -F version "$ko" 2>/dev/null)" = "$ver.1" ]; then
+	ok "dkms: upgrade to ${debup##*/}: the package configured, $ver.1 built and installed for $krel, $ver gone from dkms"
+else
+	notok "dkms: upgrade to ${debup:-no package} (rc $rc; dkms has: $vers; module version $(modinfo -F version "$ko" 2>/dev/null))"
+	tail -n 8 "$scratch/dpkg-upgrade.log" | sed 's/^/#   /'
+fi
+PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i --force-downgrade "$deb" >"$scratch/dpkg-rollback.log" 2>&1; rc=$?
+vers=$(find /var/lib/dkms/peermem -mindepth 1 -maxdepth 1 -type d ! -name original_module -printf '%f ' 2>/dev/null)
+if [ "$rc" = 0 ] && [ "$(dpkg-query -W -f '${Version}' peermem-dkms 2>/dev/null)" = "$debv" ] && [ "$vers" = "$ver " ] &&
+	[ "$(modinfo -F version "$ko" 2>/dev/null)" = "$ver" ] && [ ! -e "/usr/src/peermem-$ver.1" ]; then
+	ok "dkms: rollback to ${deb##*/} (--force-downgrade, apt's --allow-downgrades): $ver built and installed again, $ver.1 gone"
+else
+	notok "dkms: rollback to $debv (rc $rc; dkms has: $vers; module version $(modinfo -F version "$ko" 2>/dev/null))"
+	tail -n 8 "$scratch/dpkg-rollback.log" | sed 's/^/#   /'
+fi
 dpkg -r peermem-dkms >"$scratch/dpkg-remove.log" 2>&1; rc=$?
 left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" "$ml" \
-	/etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
+	/etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
 got=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null)
 if [ "$rc" = 0 ] && [ -z "$left" ] && [ "$got" != "$ko" ]; then
 	ok "dkms: dpkg -r peermem-dkms (apt remove) removes it from dkms for every kernel, its sources, the module (modprobe no longer resolves to it) and both config files: nothing left that acts"
@@ -210,12 +278,22 @@ else
 fi
 made_etc=0
 # From here on scripts/dkms.sh writes its /etc files into the scratch directory.
-mp=$scratch/modprobe.d/peermem.conf ml=$scratch/modules-load.d/peermem.conf
+mp=$scratch/modprobe.d/peermem-softdep.conf ml=$scratch/modules-load.d/peermem.conf
 # A kernel without the peer-memory core (the 6.12 compile-check tree, when
 # tests/host/compat built it): the default build, with the core found in an
 # old-style OFED DKMS tree for that kernel, a stale `default` rejected.
-k6=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver 6.12 --print-kdir 2>/dev/null | tail -n 1)
-if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kernel.release" ]; then
+# Without a built tree, the prepared one (make modules_prepare, what
+# tests/host/compat makes): no vmlinux symbol list there, so the build may
+# leave the kernel's own symbols unresolved (PEERMEM_UNRESOLVED_OK=1, passed
+# to make through dkms); OFED's and the driver's are resolved as on a host.
+k6=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver 6.12 --print-kdir 2>/dev/null | tail -n 1) k6ok=''
+if [ -z "$k6" ] || [ ! -f "$k6/.peermem-built" ]; then
+	k6=$("$PEERMEM_ROOT/scripts/kernel.sh" --variant plain --kver 6.12 --prepare-only --print-kdir 2>/dev/null | tail -n 1)
+	[ -n "$k6" ] && [ -f "$k6/.peermem-prepared" ] && k6ok=1
+else
+	k6ok=0
+fi
+if [ -n "$k6ok" ] && [ -f "$k6/include/config/kernel.release" ]; then
 	k6rel=$(cat "$k6/include/config/kernel.release")
 	[ -d "/lib/modules/$k6rel" ] || made_moddir6=1
 	mkdir -p "/lib/modules/$k6rel"
@@ -225,7 +303,7 @@ if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kerne
 	cp "$ofd/Module.symvers" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build/Module.symvers"
 	rm -rf "$tr/usr/src/ofa_kernel-dkms"
 	t0=$(date +%s)
-	PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+	PEERMEM_UNRESOLVED_OK=$k6ok PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
 		bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --kernel "$k6rel" >"$scratch/dkms-install6.log" 2>&1
 	rc=$?
 	t1=$(date +%s)
@@ -245,8 +323,8 @@ if [ -n "$k6" ] && [ -f "$k6/.peermem-built" ] && [ -f "$k6/include/config/kerne
 		notok "dkms: $k6rel OFED discovery: $(grep -m3 'peermem:' "$log6" 2>/dev/null | tr '\n' '|')"
 	fi
 else
-	dk_skip "a build for a kernel without the core (6.12)" "no 6.12 compile-check tree (tests/host/compat builds it)"
-	dk_skip "OFED discovery in a DKMS build" "no 6.12 compile-check tree"
+	dk_skip "a build for a kernel without the core (6.12)" "no 6.12 tree, built or prepared (tests/host/compat prepares it)"
+	dk_skip "OFED discovery in a DKMS build" "no 6.12 tree, built or prepared"
 fi
 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >"$scratch/dkms-uninstall.log" 2>&1; rc1=$?
 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-uninstall.log" 2>&1; rc2=$?
@@ -258,21 +336,30 @@ else
 	tail -n 10 "$scratch/dkms-uninstall.log" | sed 's/^/#   /'
 fi
 # --peermem, with a stand-in dkms (nothing built): the files it writes.
-mkdir -p "$scratch/fakedkms"
+# Before it, the modprobe.d file of an earlier version (peermem.conf, with
+# its header) and an operator's options file: the install removes the
+# first and leaves the second alone.
+mkdir -p "$scratch/fakedkms" "$scratch/modprobe.d"
+printf "# Installed by peermem's make dkms-install (scripts/dkms.sh); removed by make dkms-uninstall.\nsoftdep nvidia_peermem pre: nvidia\n" >"$scratch/modprobe.d/peermem.conf"
+echo 'options nvidia_peermem watch_cache_mib=128' >"$scratch/modprobe.d/peermem-options.conf"
 printf '#!/bin/sh\nexit 0\n' >"$scratch/fakedkms/dkms"; chmod +x "$scratch/fakedkms/dkms"
 DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
 	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --kernel "$krel" >"$scratch/dkms-peermem.log" 2>&1; rc=$?
 rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
 out=$(sh -c "$rule" 2>&1); rrc=$?
 if [ "$rc" = 0 ] && grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$rrc" != 0 ] &&
-	grep -q 'peermem serves GPU memory' <<<"$out" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
-	ok "dkms: --peermem: softdep for peermem, modprobe nvidia-peermem fails with a message (exit $rrc), peermem loads at boot"
+	grep -q 'peermem serves GPU memory' <<<"$out" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ] &&
+	[ ! -e "$scratch/modprobe.d/peermem.conf" ] && [ "$(cat "$scratch/modprobe.d/peermem-options.conf")" = 'options nvidia_peermem watch_cache_mib=128' ]; then
+	ok "dkms: --peermem: softdep for peermem, modprobe nvidia-peermem fails with a message (exit $rrc), peermem loads at boot; an earlier version's peermem.conf removed, the operator's peermem-options.conf kept"
 else
-	notok "dkms: --peermem (rc $rc): rule '$rule' (exit $rrc: $out); modprobe.d: $(tr '\n' '|' <"$mp" 2>/dev/null); modules-load.d: $(tr '\n' '|' <"$ml" 2>/dev/null)"
+	notok "dkms: --peermem (rc $rc): rule '$rule' (exit $rrc: $out); modprobe.d: $(tr '\n' '|' <"$mp" 2>/dev/null); modules-load.d: $(tr '\n' '|' <"$ml" 2>/dev/null); in modprobe.d: $(ls "$scratch/modprobe.d" | tr '\n' ' ')"
 fi
+# An operator's own peermem.conf (no header of ours) is not peermem's to remove.
+echo 'options peermem watch_cache=64' >"$scratch/modprobe.d/peermem.conf"
 DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
 	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --no-boot-load --kernel "$krel" >>"$scratch/dkms-peermem.log" 2>&1
-if [ ! -e "$ml" ] && [ -f "$mp" ]; then ok "dkms: --no-boot-load writes no modules-load.d file (and the one of the install before is gone)"
+if [ ! -e "$ml" ] && [ -f "$mp" ] && [ "$(cat "$scratch/modprobe.d/peermem.conf" 2>/dev/null)" = 'options peermem watch_cache=64' ]; then
+	ok "dkms: --no-boot-load writes no modules-load.d file (and the one of the install before is gone); an operator's own peermem.conf is kept"
 else notok "dkms: --no-boot-load: $ml: $(tr '\n' '|' <"$ml" 2>/dev/null); $mp $([ -f "$mp" ] && echo present || echo missing)"; fi
 DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
 	bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-peermem.log" 2>&1

@@ -126,3 +126,16 @@ else notok "doctor: dma-buf lines ('$a' / '$b')"; fi
 good "$dr"; before=$(cd "$dr" && find . -type f -exec md5sum {} + | sort); rundoc
 after=$(cd "$dr" && find . -type f -exec md5sum {} + | sort)
 if [ "$before" = "$after" ]; then ok "doctor: changes nothing under its root"; else notok "doctor: wrote under its root"; fi
+# --bundle: one .tar.gz with the doctor's own lines (for the same --root)
+# and the facts around it, each in its file.
+good "$dr"
+bout=$(PATH="$bin:$PATH" bash "$doc" --root "$dr" --bundle "$scratch/report" 2>&1); brc=$?
+blist=$(tar -tzf "$scratch/report.tar.gz" 2>/dev/null | sort | tr '\n' ' ')
+want='peermem-report/ peermem-report/counters.txt peermem-report/dkms-make.log peermem-report/dkms-status.txt peermem-report/doctor.txt peermem-report/kernel-log.txt peermem-report/modules.txt peermem-report/system.txt peermem-report/versions.txt '
+bdoc=$(tar -xzOf "$scratch/report.tar.gz" peermem-report/doctor.txt 2>/dev/null)
+if [ "$brc" = 0 ] && [ "$blist" = "$want" ] && grep -q "wrote $scratch/report.tar.gz" <<<"$bout" &&
+	grep -q '^PASS .*rustc' <<<"$bdoc" && grep -q '^== nvidia_peermem: modprobe would load' <(tar -xzOf "$scratch/report.tar.gz" peermem-report/modules.txt); then
+	ok "doctor: --bundle FILE writes FILE.tar.gz with the doctor's lines for its --root, modinfo, dkms status and build logs, kernel log, counters and versions"
+else
+	notok "doctor: --bundle (exit $brc; files: $blist; $(head -n 2 <<<"$bout" | tr '\n' '|'))"
+fi

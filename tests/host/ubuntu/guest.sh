@@ -59,11 +59,11 @@ if [ -n "$pg" ] && [ -n "$pc" ] && [ -n "$pp" ] && [ "$pg" -lt "$pp" ] && [ "$pc
 	ok "modprobe's plan: the GPU driver (gpusim) and the core (ib_core) before nvidia_peermem, which comes last"
 else nok "modprobe's plan for nvidia_peermem" "$plan"; fi
 # ib_uverbs is no link dependency here (the core is ib_core's): only the
-# package's softdep (/usr/lib/modprobe.d/peermem.conf) puts it in the plan.
+# package's softdep (/usr/lib/modprobe.d/peermem-softdep.conf) puts it in the plan.
 pu=$(pos ib_uverbs)
 if [ -n "$pu" ] && [ -n "$pp" ] && [ "$pu" -lt "$pp" ] && ! modinfo -F depends nvidia_peermem | tr ',' '\n' | grep -qx ib_uverbs; then
 	ok "the package's softdep is read: ib_uverbs (no link dependency of nvidia_peermem) is in the plan before it"
-else nok "the softdep in /usr/lib/modprobe.d/peermem.conf is read (ib_uverbs in modprobe's plan)" "$plan" "depends: $(modinfo -F depends nvidia_peermem 2>&1)"; fi
+else nok "the softdep in /usr/lib/modprobe.d/peermem-softdep.conf is read (ib_uverbs in modprobe's plan)" "$plan" "depends: $(modinfo -F depends nvidia_peermem 2>&1)"; fi
 sml=/lib/systemd/systemd-modules-load
 if [ -x "$sml" ]; then
 	out=$(SYSTEMD_LOG_TARGET=console SYSTEMD_LOG_LEVEL=debug "$sml" 2>&1); rc=$?

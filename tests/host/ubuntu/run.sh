@@ -60,8 +60,8 @@ done
 # One DKMS test at a time on this host (tests/host/install/dkms.sh takes the same lock).
 exec 9>/tmp/peermem-dkms-test.lock
 flock 9
-if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem.conf ] ||
-	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
+if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem-softdep.conf ] ||
+	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem-softdep.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
 	dpkg-query -W peermem-dkms >/dev/null 2>&1; then
 	skip_all "a peermem install exists on this host; not touching it"
 fi
@@ -194,7 +194,7 @@ got_gp=$(mv_crc "$work/nvidia_peermem.ko" nvidia_p2p_get_pages)
 if [ -n "$got_core" ] && [ $((got_core)) = $((core_crc)) ] && [ -n "$got_gp" ] && [ $((got_gp)) = $((gp_crc)) ]; then
 	ok "its symbol versions match the exporters: ib_register_peer_memory_client $got_core (ib_core), nvidia_p2p_get_pages $got_gp (gpusim)"
 else notok "modversions: ib_register_peer_memory_client '$got_core' (want $core_crc), nvidia_p2p_get_pages '$got_gp' (want $gp_crc)"; fi
-for f in /usr/lib/modprobe.d/peermem.conf /usr/lib/modules-load.d/peermem.conf; do
+for f in /usr/lib/modprobe.d/peermem-softdep.conf /usr/lib/modules-load.d/peermem.conf; do
 	[ -f "$f" ] && sed "s|^|# $f: |" "$f" | grep -v ': #'
 done
 
@@ -276,8 +276,8 @@ done <"$vmout"
 # --- removal, as `apt remove` does it (dpkg -r): nothing left that acts -----------
 PEERMEM_SYSROOT=$tr dpkg -r peermem-dkms >"$log/dpkg-r.log" 2>&1
 rc=$?
-left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "$mods/updates/dkms/nvidia_peermem.ko"* /usr/lib/modprobe.d/peermem.conf \
-	/usr/lib/modules-load.d/peermem.conf /etc/modprobe.d/peermem.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
+left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "$mods/updates/dkms/nvidia_peermem.ko"* /usr/lib/modprobe.d/peermem-softdep.conf \
+	/usr/lib/modules-load.d/peermem.conf /etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
 got=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null)
 if [ "$rc" = 0 ] && [ -z "$left" ] && [ -z "$got" ]; then
 	ok "dpkg -r peermem-dkms (apt remove): no dkms entry, sources, module or config file left, and modprobe finds no nvidia_peermem for $krel"
