@@ -896,11 +896,7 @@ def cmd_pincost(path, markdown=False):
         out += [""] + grid(head, lines, markdown)
     goals_ = pin_goals(doc)
     if goals_:
-        out.append("")
-        for g in goals_:
-            vals = ", ".join("%s %.2f" % (k, v) for k, v in g["values"].items()) or "not measured"
-            out.append(("- **%s**: %s (%s)" if markdown else "goal %s: %s (%s)")
-                       % ("met" if g["met"] else "MISSED", g["goal"], vals))
+        out += ["", goals_text({"goals": goals_}, markdown)]
     return out
 
 
