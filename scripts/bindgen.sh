@@ -18,7 +18,16 @@
 # Only items declared in include/*.h are generated (--allowlist-file); the
 # kernel types they use (struct sg_table, u64, ...) are not generated but
 # taken from `kernel::bindings`, so they are the very same Rust types the
-# kernel crate uses. Kbuild calls this; it is also fine to run by hand.
+# kernel crate uses. Exported kernel functions, variables and types that
+# `kernel::bindings` lacks on some supported kernel are generated too when
+# a header in include/ names them on a line of its own:
+#     * bindgen-kernel: fn follow_pfnmap_start follow_pfnmap_end
+#     * bindgen-kernel: type follow_pfnmap_args
+#     * bindgen-kernel: var  ... (an exported variable)
+# (the header must include the kernel header that declares them). Rust then
+# calls them directly, wrapped in rust/kapi/; C is needed only for static
+# inline functions and macros. Kbuild calls this; it is also fine to run by
+# hand.
 set -euo pipefail
 
 die() { printf 'peermem: bindgen: %s\n' "$*" >&2; exit 1; }
@@ -94,6 +103,20 @@ raw_lines=(--raw-line 'use kernel::bindings::*;')
 [ "$ctypes_prefix" = ffi ] && raw_lines+=(--raw-line 'use kernel::ffi;')
 
 incre=$(printf '%s' "$incdir" | sed 's/[][\.*^$+?(){}|]/\\&/g')
+# Kernel items the headers ask for (see the head of this file).
+kernel_items=()
+while read -r kind names; do
+	case "$kind" in
+	fn) flag=--allowlist-function ;;
+	type) flag=--allowlist-type ;;
+	var) flag=--allowlist-var ;;
+	*) die "bad 'bindgen-kernel: $kind $names' line in $incdir (kind must be fn, type or var)" ;;
+	esac
+	for name in $names; do
+		case "$name" in *[!A-Za-z0-9_]*) die "bad kernel item name '$name' in a bindgen-kernel line" ;; esac
+		kernel_items+=("$flag" "^${name}\$")
+	done
+done < <(sed -n 's/^[[:space:]]*\*[[:space:]]*bindgen-kernel:[[:space:]]*//p' "$incdir"/*.h)
 dep=()
 [ -n "$depfile" ] && dep=("-Wp,-MMD,$depfile")
 
@@ -102,6 +125,7 @@ trap 'rm -f "$tmp"' EXIT
 cd "$kdir"
 "$bindgen_bin" "$header" "${opts[@]}" \
 	--allowlist-file "$incre/.*\\.h" \
+	"${kernel_items[@]}" \
 	--no-recursive-allowlist \
 	"${raw_lines[@]}" \
 	-o "$tmp" -- "${clang[@]}" -I"$incdir" \
