@@ -7,9 +7,12 @@
 # The package holds what `make dkms-install` puts on a host (scripts/dkms.sh
 # stage): the sources and dkms.conf in /usr/src/peermem-<version>/,
 # /usr/lib/modprobe.d/peermem-softdep.conf (softdeps on the NVIDIA driver and OFED's
-# core) and /usr/lib/modules-load.d/peermem.conf (load at boot); a file of
-# the same name in /etc overrides either (kmod and systemd read both, on the
-# merged /usr of every current Debian and Ubuntu). By default the
+# core), /usr/lib/depmod.d/peermem.conf (modprobe takes this module over
+# NVIDIA's DKMS nvidia-peermem.ko) and /usr/lib/systemd/system/peermem.service
+# (load at boot after openibd and the driver, and after their restarts;
+# enabled by the postinst); a file of the same name in /etc overrides each
+# (kmod and systemd read both, on the merged /usr of every current Debian
+# and Ubuntu). By default the
 # module is the drop-in nvidia_peermem (what NCCL, UCX, UCC, NVSHMEM and
 # Open MPI detect); --peermem packages peermem.ko instead, --no-boot-load
 # leaves the boot loading out. The version is PEERMEM_VERSION in
@@ -21,9 +24,10 @@
 # CONFIG_RUST=y and its headers (others are skipped with a line saying so);
 # dkms builds it again for each new kernel and signs it where dkms signs
 # (Ubuntu: the MOK of shim-signed; Debian: /var/lib/dkms/mok.key). Removing
-# it (`apt remove`) removes it from dkms for every kernel, and the two files
-# with the package: none is a conffile, so nothing is kept that would go on
-# acting (loading a module at boot, refusing NVIDIA's). The package's
+# it (`apt remove`) disables the unit and removes it from dkms for every
+# kernel, and the files with the package: none is a conffile, so nothing is
+# kept that would go on acting (loading a module at boot, refusing or
+# overriding NVIDIA's). The package's
 # maintainer is PEERMEM_MAINTAINER ('Name <mail>': whoever builds it for a
 # fleet and takes its reports), by default a placeholder of the project;
 # it ships troubleshooting.md, whose "Reporting a problem" says what a
@@ -135,6 +139,20 @@ for b in /lib/modules/*/build; do
 		failed="\$failed \$rel"
 	fi
 done
+# The unit that loads the module at boot and after an openibd restart
+# (deb-systemd-helper keeps an administrator's disable across upgrades).
+if [ -f /usr/lib/systemd/system/peermem.service ]; then
+	if command -v deb-systemd-helper >/dev/null 2>&1; then
+		if deb-systemd-helper debian-installed peermem.service && ! deb-systemd-helper --quiet was-enabled peermem.service; then
+			deb-systemd-helper update-state peermem.service >/dev/null 2>&1 || true
+		else
+			deb-systemd-helper enable peermem.service >/dev/null 2>&1 || true
+		fi
+	elif command -v systemctl >/dev/null 2>&1; then
+		systemctl --no-reload enable peermem.service >/dev/null 2>&1 || true
+	fi
+	[ ! -d /run/systemd/system ] || systemctl daemon-reload >/dev/null 2>&1 || true
+fi
 [ -z "\$failed" ] || echo "peermem-dkms: not installed for:\$failed (the package stays configured; dkms autoinstall tries again at the next kernel install, or: sudo dkms install -m peermem -v $version -k <release>)" >&2
 exit 0
 P
@@ -145,6 +163,14 @@ set -e
 case "\$1" in remove|upgrade|deconfigure)
 	dkms remove -m peermem -v $version --all >/dev/null 2>&1 || true ;;
 esac
+if [ "\$1" = remove ] && [ -f /usr/lib/systemd/system/peermem.service ]; then
+	if command -v deb-systemd-helper >/dev/null 2>&1; then
+		deb-systemd-helper disable peermem.service >/dev/null 2>&1 || true
+		deb-systemd-helper purge peermem.service >/dev/null 2>&1 || true
+	elif command -v systemctl >/dev/null 2>&1; then
+		systemctl --no-reload disable peermem.service >/dev/null 2>&1 || true
+	fi
+fi
 exit 0
 P
 chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/prerm"

@@ -34,7 +34,7 @@
 # which OFED version; the NVIDIA driver is loaded and exports
 # nvidia_p2p_get_pages; its branch and page-table layout (v1.2 or v2.0), and
 # whether this peermem reads it; no nvidia-peermem / nv_peer_mem (conflict); peermem
-# loaded and registered; what NCCL, UCX and NVSHMEM will detect; DMA-BUF as
+# loaded and registered; which file `modprobe` would load (module-file); what NCCL, UCX and NVSHMEM will detect; DMA-BUF as
 # the alternative; Secure Boot and whether the module is signed.
 set -uo pipefail
 
@@ -277,6 +277,41 @@ else
 	done
 fi
 
+# 8b. which file modprobe would load (modules.dep as depmod wrote it: a
+# later install of NVIDIA's DKMS nvidia-peermem.ko must not win, see
+# docs/install.md, "Which file modprobe loads")
+# modfile NAME: the file modules.dep lists for module NAME (- and _ alike).
+modfile() {
+	[ -r "$M/modules.dep" ] || return 1
+	awk -F: -v want="$1" '{ n = $1; sub(/.*\//, "", n); sub(/\.ko(\..*)?$/, "", n); gsub(/-/, "_", n)
+		if (n == want) { print $1; exit } }' "$M/modules.dep" | grep .
+}
+# ourfile FILE: whether FILE is peermem's (it has peermem's parameter enable_nc).
+ourfile() { modinfo -F parm "$1" 2>/dev/null | grep -q '^enable_nc:'; }
+installed=''
+compgen -G "$root/usr/src/peermem-*" >/dev/null && installed=1
+[ -d "$root/var/lib/dkms/peermem" ] && installed=1
+if [ ! -r "$M/modules.dep" ]; then
+	say WARN module-file "no $M/modules.dep: modprobe cannot load any module for $rel until depmod runs: sudo depmod $rel"
+else
+	mf=''
+	for m in nvidia_peermem peermem; do
+		f=$(modfile "$m") || continue
+		case $f in /*) ;; *) f=$M/$f ;; esac
+		if ourfile "$f"; then
+			mf+="${mf:+; }modprobe $m loads ${f#"$root"} (peermem $(modinfo -F version "$f" 2>/dev/null))"
+		elif [ "$m" = nvidia_peermem ] && [ -n "$installed" ] && [ ! -e "$M/updates/dkms/peermem.ko" ] && ! compgen -G "$M/updates/dkms/peermem.ko.*" >/dev/null; then
+			say FAIL module-file "modprobe nvidia_peermem loads ${f#"$root"}, which is not peermem (NVIDIA's nvidia-peermem), although peermem is installed: sudo dkms install peermem/<version> -k $rel puts peermem's back in front (its depmod.d override), then sudo depmod $rel"
+			mf=fail
+			break
+		fi
+	done
+	if [ "$mf" = fail ]; then :
+	elif [ -n "$mf" ]; then say PASS module-file "$mf"
+	elif [ -n "$installed" ]; then say FAIL module-file "peermem is installed but modules.dep of $rel lists no peermem module: its build for $rel failed or was skipped (dkms status peermem; the build log: /var/lib/dkms/peermem/<version>/build/make.log)"
+	else say WARN module-file "no peermem module installed for $rel (modules.dep): sudo apt install ./peermem-dkms_<version>_all.deb or sudo make dkms-install"; fi
+fi
+
 # 9. what the stacks probe (docs/module.md, "What NCCL, UCX ... look for")
 probe() { # PATH...: the first that exists
 	local p
@@ -319,7 +354,7 @@ elif [ -z "$root" ] && command -v mokutil >/dev/null 2>&1; then
 	case $(mokutil --sb-state 2>/dev/null) in *enabled*) sb=on ;; *disabled*) sb=off ;; esac
 fi
 rdv enforce "$S/module/module/parameters/sig_enforce"
-kos=''; [ ! -d "$M" ] || kos=$(find "$M" \( -name 'peermem.ko*' -o -name 'nvidia_peermem.ko*' \) 2>/dev/null)
+kos=''; [ ! -d "$M" ] || kos=$(find "$M" ! -type l \( -name 'peermem.ko*' -o -name 'nvidia_peermem.ko*' \) 2>/dev/null)
 signed='' unsigned=''
 for k in $kos; do
 	if [ -n "$(modinfo -F signer "$k" 2>/dev/null)" ]; then signed+=" ${k#"$root"}"; else unsigned+=" ${k#"$root"}"; fi

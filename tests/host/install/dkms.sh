@@ -26,8 +26,10 @@ exec 9>/tmp/peermem-dkms-test.lock
 flock 9
 if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem-softdep.conf ] ||
 	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem-softdep.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
+	[ -e /etc/depmod.d/peermem.conf ] || [ -e /usr/lib/depmod.d/peermem.conf ] ||
+	[ -e /etc/systemd/system/peermem.service ] || [ -e /usr/lib/systemd/system/peermem.service ] ||
 	dpkg-query -W peermem-dkms >/dev/null 2>&1 || ! command -v dpkg >/dev/null; then
-	dk_skip "build, install, uninstall" "a peermem install exists on this host (/var/lib/dkms/peermem, /usr/src/peermem-*, peermem.conf in /etc or /usr/lib modprobe.d or modules-load.d, or the peermem-dkms package), or no dpkg; not touching it"
+	dk_skip "build, install, uninstall" "a peermem install exists on this host (/var/lib/dkms/peermem, /usr/src/peermem-*, peermem files in /etc or /usr/lib modprobe.d, modules-load.d, depmod.d or systemd/system, or the peermem-dkms package), or no dpkg; not touching it"
 	exec 9>&-
 	return 0
 fi
@@ -57,8 +59,15 @@ dk_cleanup() {
 	dpkg --purge peermem-dkms >/dev/null 2>&1
 	dkms remove "peermem/$ver" --all >/dev/null 2>&1
 	rm -rf /var/lib/dkms/peermem "/usr/src/peermem-$ver"
-	[ "$made_etc" = 1 ] && rm -f /etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf /usr/lib/modprobe.d/peermem-softdep.conf /usr/lib/modules-load.d/peermem.conf
-	rm -f "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"*
+	if [ "$made_etc" = 1 ]; then
+		rm -f /etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf /usr/lib/modprobe.d/peermem-softdep.conf /usr/lib/modules-load.d/peermem.conf \
+			/etc/depmod.d/peermem.conf /usr/lib/depmod.d/peermem.conf /etc/systemd/system/peermem.service /usr/lib/systemd/system/peermem.service \
+			/etc/systemd/system/*.wants/peermem.service /var/lib/systemd/deb-systemd-helper-enabled/peermem.service \
+			/var/lib/systemd/deb-systemd-helper-enabled/*.wants/peermem.service
+		rm -rf /var/lib/systemd/deb-systemd-helper-enabled/peermem.service.dsh-also
+	fi
+	rm -f "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "/lib/modules/$krel/updates/dkms/nvidia-peermem.ko"
+	rm -rf "/lib/modules/$krel/updates/peermem"
 	[ -n "$mok_before" ] || rm -f /var/lib/dkms/mok.key /var/lib/dkms/mok.pub
 	[ "$made_build" = 1 ] && rm -f "/lib/modules/$krel/build"
 	if [ -n "$k6rel" ]; then
@@ -92,9 +101,9 @@ ln -s x86_64/6.8.0-old "$tr/usr/src/ofa_kernel/default"
 # install ./peermem-dkms_*.deb` runs once it has the dependencies): its
 # postinst adds it to dkms and builds it for every kernel with Rust.
 # Removal (dpkg -r, what `apt remove` runs) must leave nothing that acts:
-# its modprobe.d and modules-load.d files are the package's own files in
+# its modprobe.d and depmod.d files and unit are the package's own files in
 # /usr/lib, not conffiles in /etc (which dpkg keeps after a remove: a
-# modules-load.d file would then load NVIDIA's nvidia_peermem at boot, and
+# unit would then load NVIDIA's nvidia_peermem at boot, and
 # the --peermem build's install rule would keep refusing it).
 deb=$(bash "$PEERMEM_ROOT/scripts/deb.sh" --out "$scratch/deb" 2>"$scratch/deb.log" | tail -n 1)
 cont=$(dpkg-deb -c "$deb" 2>/dev/null | awk '{print $6}')
@@ -103,9 +112,10 @@ if [ -f "$deb" ] && { [ "$debv" = "$ver" ] || [[ $debv == "$ver+git"[0-9]*.g* ]]
 	grep -qx './usr/sbin/peermem-doctor' <<<"$cont" && grep -qx './usr/share/doc/peermem-dkms/troubleshooting.md' <<<"$cont" &&
 	[ "$(dpkg-deb -f "$deb" Maintainer)" = 'peermem project <peermem-maintainers@example.invalid>' ] &&
 	grep -qx "./usr/src/peermem-$ver/dkms.conf" <<<"$cont" && grep -qx './usr/lib/modprobe.d/peermem-softdep.conf' <<<"$cont" &&
-	grep -qx './usr/lib/modules-load.d/peermem.conf' <<<"$cont" && ! grep -q '^\./etc/.' <<<"$cont" &&
+	grep -qx './usr/lib/depmod.d/peermem.conf' <<<"$cont" && grep -qx './usr/lib/systemd/system/peermem.service' <<<"$cont" &&
+	grep -qx "./usr/src/peermem-$ver/scripts/dkms-hook.sh" <<<"$cont" && ! grep -q 'modules-load' <<<"$cont" && ! grep -q '^\./etc/.' <<<"$cont" &&
 	! dpkg-deb -I "$deb" conffiles >/dev/null 2>&1 && ! grep -qE '\.(o|ko|cmd)$|ffi_generated' <<<"$cont"; then
-	ok "dkms: make deb builds ${deb##*/} (version $debv: $ver from include/peermem_ffi.h, +git<commits>.g<hash> off a release tag; the doctor as /usr/sbin/peermem-doctor, troubleshooting.md (where to report), the project's placeholder maintainer; sources, dkms.conf, /usr/lib/modprobe.d and /usr/lib/modules-load.d files, nothing in /etc, no conffiles; no build outputs)"
+	ok "dkms: make deb builds ${deb##*/} (version $debv: $ver from include/peermem_ffi.h, +git<commits>.g<hash> off a release tag; the doctor as /usr/sbin/peermem-doctor, troubleshooting.md (where to report), the project's placeholder maintainer; sources, dkms.conf and its hook, the /usr/lib/modprobe.d, /usr/lib/depmod.d files and the systemd unit, no modules-load.d file, nothing in /etc, no conffiles; no build outputs)"
 else
 	notok "dkms: make deb: ${deb:-no package} ($(tail -n 3 "$scratch/deb.log" | tr '\n' '|'))"
 fi
@@ -157,7 +167,12 @@ else
 	dk_skip "BUILD_DEPENDS in the package" "$nvdep existed before the test"
 fi
 log=$(dk_makelog)
-mp=/usr/lib/modprobe.d/peermem-softdep.conf ml=/usr/lib/modules-load.d/peermem.conf
+mp=/usr/lib/modprobe.d/peermem-softdep.conf ml=/usr/lib/systemd/system/peermem.service dpd=/usr/lib/depmod.d/peermem.conf
+pin=/lib/modules/$krel/updates/peermem
+# What the unit loads: its ExecStart's module (empty without the unit).
+dk_unit_mod() { sed -n 's|^ExecStart=/sbin/modprobe \([a-z_]*\)$|\1|p' "$ml" 2>/dev/null; }
+# The file modprobe would load for nvidia_peermem, links followed.
+dk_resolve() { local f; f=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null) && readlink -f "$f"; }
 if [ "$rc" = 0 ] && dkms status "peermem/$ver" -k "$krel" 2>/dev/null | grep -q ': installed'; then
 	ok "dkms: dpkg -i ${deb##*/} adds peermem/$ver to dkms, builds and installs the drop-in for $krel ($((t1 - t0)) s)"
 else
@@ -187,10 +202,24 @@ if grep -qx 'softdep nvidia_peermem pre: nvidia ib_uverbs ib_core' "$mp" 2>/dev/
 else
 	notok "dkms: modprobe.d/peermem-softdep.conf: $(tr '\n' '|' <"$mp" 2>/dev/null)"
 fi
-if [ "$(grep -v '^#' "$ml" 2>/dev/null)" = nvidia_peermem ]; then
-	ok "dkms: modules-load.d/peermem.conf loads nvidia_peermem at boot"
+# Boot loading: the unit, ordered after openibd and the driver and part of
+# their restarts, enabled by the postinst (offline: its wants links).
+verify=skip
+if command -v systemd-analyze >/dev/null; then
+	if systemd-analyze verify "$ml" >"$scratch/verify.log" 2>&1; then verify=ok; else verify=$(head -c 300 "$scratch/verify.log" | tr '\n' '|'); fi
+fi
+if [ "$(dk_unit_mod)" = nvidia_peermem ] && grep -qx 'After=openibd.service nvidia-persistenced.service systemd-modules-load.service' "$ml" &&
+	grep -qx 'PartOf=openibd.service nvidia-persistenced.service' "$ml" && [ -L /etc/systemd/system/multi-user.target.wants/peermem.service ] &&
+	[ -L /etc/systemd/system/openibd.service.wants/peermem.service ] && [ "$verify" != "${verify#[os]}" ]; then
+	ok "dkms: the package's systemd unit loads nvidia_peermem after openibd and nvidia-persistenced and again after their restarts (PartOf), enabled for multi-user.target and openibd.service (systemd-analyze verify: $verify)"
 else
-	notok "dkms: modules-load.d/peermem.conf: $(tr '\n' '|' <"$ml" 2>/dev/null)"
+	notok "dkms: the systemd unit (loads '$(dk_unit_mod)'; verify: $verify; wants links: $(ls /etc/systemd/system/*.wants/peermem.service 2>/dev/null | tr '\n' ' '))"
+fi
+if [ -L "$pin/${ko##*/}" ] && [ "$(readlink -f "$pin/${ko##*/}")" = "$(readlink -f "$ko")" ] && grep -qx 'override nvidia_peermem \* updates/peermem' "$dpd" 2>/dev/null &&
+	[ "$(dk_resolve)" = "$(readlink -f "$ko")" ]; then
+	ok "dkms: dkms's POST_INSTALL hook links the drop-in from updates/peermem/, which depmod.d/peermem.conf makes modprobe prefer; modinfo -n nvidia_peermem resolves to it"
+else
+	notok "dkms: the override (link: $(ls -l "$pin" 2>/dev/null | tail -n +2 | tr '\n' '|'); depmod.d: $(grep -v '^#' "$dpd" 2>/dev/null); resolves to '$(dk_resolve)')"
 fi
 # depmod: the DKMS copy wins over a precompiled/.run nvidia-peermem.ko in kernel/.
 if [ "$made_moddir" = 1 ] && [ -n "$ko" ]; then
@@ -198,12 +227,27 @@ if [ "$made_moddir" = 1 ] && [ -n "$ko" ]; then
 	printf 'static const char v[] __attribute__((section(".modinfo"),used)) = "description=stand-in for NVIDIA nvidia-peermem";\n' >"$scratch/np.c"
 	cc -c -o "/lib/modules/$krel/kernel/nvidia-580/nvidia-peermem.ko" "$scratch/np.c"
 	depmod "$krel" 2>/dev/null
-	got=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null)
-	if [ "$got" = "$ko" ]; then
+	got=$(dk_resolve)
+	if [ "$got" = "$(readlink -f "$ko")" ]; then
 		ok "dkms: modprobe resolves nvidia_peermem to the DKMS drop-in, not to kernel/nvidia-580/nvidia-peermem.ko"
 	else notok "dkms: modprobe resolves nvidia_peermem to '$got', not $ko"; fi
+	# NVIDIA's DKMS driver installed after peermem: its nvidia-peermem.ko
+	# in the same updates/dkms (dkms then runs depmod).
+	printf 'static const char v[] __attribute__((section(".modinfo"),used)) = "description=stand-in for NVIDIA DKMS nvidia-peermem";\n' >"$scratch/npd.c"
+	cc -c -o "/lib/modules/$krel/updates/dkms/nvidia-peermem.ko" "$scratch/npd.c"
+	depmod "$krel" 2>/dev/null
+	got=$(dk_resolve)
+	# Without the link and peermem's depmod.d file (versions before 0.3.1)
+	# depmod takes either of the two in updates/dkms: which one, for the record.
+	mkdir -p "$scratch/no-depmod.d" && mv "$pin" "$scratch/pin.away" &&
+		{ depmod -C "$scratch/no-depmod.d" -n "$krel" 2>/dev/null >"$scratch/dep-without.txt"; mv "$scratch/pin.away" "$pin"; }
+	without=$(grep -oE '^[^:]*peermem[^:]*\.ko[^:]*' "$scratch/dep-without.txt" | head -n 1)
+	depmod "$krel" 2>/dev/null
+	if [ "$got" = "$(readlink -f "$ko")" ]; then
+		ok "dkms: NVIDIA's DKMS nvidia-peermem.ko installed into updates/dkms after peermem: modprobe still resolves nvidia_peermem to peermem's (without the link and override depmod takes ${without:-?})"
+	else notok "dkms: after NVIDIA's DKMS nvidia-peermem.ko, modprobe resolves nvidia_peermem to '$got', not $ko"; fi
 else
-	dk_skip "depmod priority over kernel/nvidia-*/nvidia-peermem.ko" "/lib/modules/$krel existed before the test"
+	dk_skip "depmod priority over kernel/nvidia-*/nvidia-peermem.ko and NVIDIA's DKMS nvidia-peermem.ko" "/lib/modules/$krel existed before the test"
 fi
 # Switching builds with the package (troubleshooting.md, "Switching"): the
 # DROPIN=0 package installed over the drop-in one (same version: a
@@ -217,16 +261,18 @@ if [ "$(dpkg-deb -f "$deb0" Maintainer 2>/dev/null)" = 'Fleet Ops <ops@example.c
 	ok "dkms: make deb with PEERMEM_MAINTAINER names that maintainer in the package"
 else notok "dkms: PEERMEM_MAINTAINER: the package's maintainer is '$(dpkg-deb -f "$deb0" Maintainer 2>/dev/null)'"; fi
 if [ "$rc" = 0 ] && [ -n "$ko0" ] && [ "$(modinfo -F name "$ko0")" = peermem ] && [ -z "$koold" ] &&
-	grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ]; then
-	ok "dkms: switching to the DROPIN=0 package (dpkg -i over the drop-in one): peermem.ko installed, nvidia_peermem.ko gone, its softdep, install rule and boot load"
+	grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$(dk_unit_mod)" = peermem ] &&
+	[ ! -e "$pin/nvidia_peermem.ko" ] && [ ! -L "$pin/nvidia_peermem.ko" ]; then
+	ok "dkms: switching to the DROPIN=0 package (dpkg -i over the drop-in one): peermem.ko installed, nvidia_peermem.ko and its link gone (POST_REMOVE), its softdep, install rule and boot load"
 else
 	notok "dkms: switch to the DROPIN=0 package (rc $rc; peermem.ko '${ko0:-none}', left '$koold'; modprobe.d: $(grep -v '^#' "$mp" 2>/dev/null | tr '\n' '|'))"
 	tail -n 8 "$scratch/dpkg-switch.log" | sed 's/^/#   /'
 fi
 PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 dpkg -i "$deb" >>"$scratch/dpkg-switch.log" 2>&1; rc=$?
 ko0=$(ls "/lib/modules/$krel/updates/dkms/peermem.ko"* 2>/dev/null)
-if [ "$rc" = 0 ] && [ -n "$ko" ] && [ -f "$ko" ] && [ -z "$ko0" ] && ! grep -q '^install ' "$mp" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = nvidia_peermem ]; then
-	ok "dkms: and back to the drop-in package: nvidia_peermem.ko installed, peermem.ko and the install rule gone"
+if [ "$rc" = 0 ] && [ -n "$ko" ] && [ -f "$ko" ] && [ -z "$ko0" ] && ! grep -q '^install ' "$mp" && [ "$(dk_unit_mod)" = nvidia_peermem ] &&
+	[ "$(dk_resolve)" = "$(readlink -f "$ko")" ]; then
+	ok "dkms: and back to the drop-in package: nvidia_peermem.ko installed, peermem.ko and the install rule gone; installed after NVIDIA's DKMS nvidia-peermem.ko$([ -e "/lib/modules/$krel/updates/dkms/nvidia-peermem.ko" ] || echo ' (not there: skipped above)'), modprobe resolves to peermem's"
 else
 	notok "dkms: switch back to the drop-in package (rc $rc; drop-in '${ko:-none}' $([ -f "$ko" ] && echo present || echo missing), peermem.ko left '$ko0')"
 	tail -n 8 "$scratch/dpkg-switch.log" | sed 's/^/#   /'
@@ -261,11 +307,11 @@ else
 	tail -n 8 "$scratch/dpkg-rollback.log" | sed 's/^/#   /'
 fi
 dpkg -r peermem-dkms >"$scratch/dpkg-remove.log" 2>&1; rc=$?
-left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" "$ml" \
-	/etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
-got=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null)
-if [ "$rc" = 0 ] && [ -z "$left" ] && [ "$got" != "$ko" ]; then
-	ok "dkms: dpkg -r peermem-dkms (apt remove) removes it from dkms for every kernel, its sources, the module (modprobe no longer resolves to it) and both config files: nothing left that acts"
+left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "/lib/modules/$krel/updates/dkms/nvidia_peermem.ko"* "$mp" "$ml" "$dpd" "$pin" \
+	/etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf /etc/systemd/system/*.wants/peermem.service 2>/dev/null)
+got=$(dk_resolve)
+if [ "$rc" = 0 ] && [ -z "$left" ] && [ "$got" != "$(readlink -f "$ko")" ]; then
+	ok "dkms: dpkg -r peermem-dkms (apt remove) removes it from dkms for every kernel, its sources, the module and its link (modprobe resolves nvidia_peermem to ${got:-nothing}), the modprobe.d and depmod.d files and the unit with its wants links: nothing left that acts"
 else
 	notok "dkms: dpkg -r (rc $rc; left: $left; modinfo -n nvidia_peermem: '$got')"; tail -n 10 "$scratch/dpkg-remove.log" | sed 's/^/#   /'
 fi
@@ -278,7 +324,7 @@ else
 fi
 made_etc=0
 # From here on scripts/dkms.sh writes its /etc files into the scratch directory.
-mp=$scratch/modprobe.d/peermem-softdep.conf ml=$scratch/modules-load.d/peermem.conf
+mp=$scratch/modprobe.d/peermem-softdep.conf ml=$scratch/systemd/peermem.service dpd=$scratch/depmod.d/peermem.conf
 # A kernel without the peer-memory core (the 6.12 compile-check tree, when
 # tests/host/compat built it): the default build, with the core found in an
 # old-style OFED DKMS tree for that kernel, a stale `default` rejected.
@@ -303,7 +349,7 @@ if [ -n "$k6ok" ] && [ -f "$k6/include/config/kernel.release" ]; then
 	cp "$ofd/Module.symvers" "$tr/var/lib/dkms/mlnx-ofed-kernel/24.10/build/Module.symvers"
 	rm -rf "$tr/usr/src/ofa_kernel-dkms"
 	t0=$(date +%s)
-	PEERMEM_UNRESOLVED_OK=$k6ok PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+	PEERMEM_UNRESOLVED_OK=$k6ok PEERMEM_SYSROOT=$tr PEERMEM_DKMS_JOBS=2 PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d PEERMEM_DEPMOD_D=$scratch/depmod.d PEERMEM_UNIT_D=$scratch/systemd \
 		bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --kernel "$k6rel" >"$scratch/dkms-install6.log" 2>&1
 	rc=$?
 	t1=$(date +%s)
@@ -326,8 +372,8 @@ else
 	dk_skip "a build for a kernel without the core (6.12)" "no 6.12 tree, built or prepared (tests/host/compat prepares it)"
 	dk_skip "OFED discovery in a DKMS build" "no 6.12 tree, built or prepared"
 fi
-PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >"$scratch/dkms-uninstall.log" 2>&1; rc1=$?
-PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-uninstall.log" 2>&1; rc2=$?
+PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d PEERMEM_DEPMOD_D=$scratch/depmod.d PEERMEM_UNIT_D=$scratch/systemd bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >"$scratch/dkms-uninstall.log" 2>&1; rc1=$?
+PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d PEERMEM_DEPMOD_D=$scratch/depmod.d PEERMEM_UNIT_D=$scratch/systemd bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-uninstall.log" 2>&1; rc2=$?
 left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" ${k6rel:+"/lib/modules/$k6rel/updates/dkms/peermem.ko"*} "$mp" "$ml" 2>/dev/null)
 if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ -z "$left" ]; then
 	ok "dkms: make dkms-uninstall removes what make dkms-install added$([ -n "$k6rel" ] || echo ' (nothing: the package was purged)'), and a second uninstall is a no-op"
@@ -342,26 +388,29 @@ fi
 mkdir -p "$scratch/fakedkms" "$scratch/modprobe.d"
 printf "# Installed by peermem's make dkms-install (scripts/dkms.sh); removed by make dkms-uninstall.\nsoftdep nvidia_peermem pre: nvidia\n" >"$scratch/modprobe.d/peermem.conf"
 echo 'options nvidia_peermem watch_cache_mib=128' >"$scratch/modprobe.d/peermem-options.conf"
+mkdir -p "$scratch/modules-load.d"
+printf "# Installed by peermem's make dkms-install (scripts/dkms.sh); removed by make dkms-uninstall.\nnvidia_peermem\n" >"$scratch/modules-load.d/peermem.conf"
 printf '#!/bin/sh\nexit 0\n' >"$scratch/fakedkms/dkms"; chmod +x "$scratch/fakedkms/dkms"
-DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d PEERMEM_DEPMOD_D=$scratch/depmod.d PEERMEM_UNIT_D=$scratch/systemd \
 	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --kernel "$krel" >"$scratch/dkms-peermem.log" 2>&1; rc=$?
 rule=$(sed -n 's/^install nvidia_peermem //p' "$mp" 2>/dev/null)
 out=$(sh -c "$rule" 2>&1); rrc=$?
 if [ "$rc" = 0 ] && grep -qx 'softdep peermem pre: nvidia ib_uverbs ib_core' "$mp" && [ -n "$rule" ] && [ "$rrc" != 0 ] &&
-	grep -q 'peermem serves GPU memory' <<<"$out" && [ "$(grep -v '^#' "$ml" 2>/dev/null)" = peermem ] &&
+	grep -q 'peermem serves GPU memory' <<<"$out" && [ "$(dk_unit_mod)" = peermem ] && [ ! -e "$scratch/modules-load.d/peermem.conf" ] &&
+	grep -qx 'override peermem \* updates/peermem' "$dpd" && grep -q 'not enabled' "$scratch/dkms-peermem.log" &&
 	[ ! -e "$scratch/modprobe.d/peermem.conf" ] && [ "$(cat "$scratch/modprobe.d/peermem-options.conf")" = 'options nvidia_peermem watch_cache_mib=128' ]; then
-	ok "dkms: --peermem: softdep for peermem, modprobe nvidia-peermem fails with a message (exit $rrc), peermem loads at boot; an earlier version's peermem.conf removed, the operator's peermem-options.conf kept"
+	ok "dkms: --peermem: softdep for peermem, modprobe nvidia-peermem fails with a message (exit $rrc), the unit loads peermem (written, and not enabled outside /etc/systemd/system), depmod.d override for peermem; an earlier version's modprobe.d peermem.conf and modules-load.d file removed, the operator's peermem-options.conf kept"
 else
-	notok "dkms: --peermem (rc $rc): rule '$rule' (exit $rrc: $out); modprobe.d: $(tr '\n' '|' <"$mp" 2>/dev/null); modules-load.d: $(tr '\n' '|' <"$ml" 2>/dev/null); in modprobe.d: $(ls "$scratch/modprobe.d" | tr '\n' ' ')"
+	notok "dkms: --peermem (rc $rc): rule '$rule' (exit $rrc: $out); modprobe.d: $(tr '\n' '|' <"$mp" 2>/dev/null); unit loads '$(dk_unit_mod)'; in modprobe.d: $(ls "$scratch/modprobe.d" | tr '\n' ' ')"
 fi
 # An operator's own peermem.conf (no header of ours) is not peermem's to remove.
 echo 'options peermem watch_cache=64' >"$scratch/modprobe.d/peermem.conf"
-DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d PEERMEM_DEPMOD_D=$scratch/depmod.d PEERMEM_UNIT_D=$scratch/systemd \
 	bash "$PEERMEM_ROOT/scripts/dkms.sh" install --peermem --no-boot-load --kernel "$krel" >>"$scratch/dkms-peermem.log" 2>&1
 if [ ! -e "$ml" ] && [ -f "$mp" ] && [ "$(cat "$scratch/modprobe.d/peermem.conf" 2>/dev/null)" = 'options peermem watch_cache=64' ]; then
-	ok "dkms: --no-boot-load writes no modules-load.d file (and the one of the install before is gone); an operator's own peermem.conf is kept"
+	ok "dkms: --no-boot-load writes no systemd unit (and the one of the install before is gone); an operator's own peermem.conf is kept"
 else notok "dkms: --no-boot-load: $ml: $(tr '\n' '|' <"$ml" 2>/dev/null); $mp $([ -f "$mp" ] && echo present || echo missing)"; fi
-DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d \
+DKMS=$scratch/fakedkms/dkms PEERMEM_DKMS_SRC=$scratch/src PEERMEM_MODPROBE_D=$scratch/modprobe.d PEERMEM_MODULES_LOAD_D=$scratch/modules-load.d PEERMEM_DEPMOD_D=$scratch/depmod.d PEERMEM_UNIT_D=$scratch/systemd \
 	bash "$PEERMEM_ROOT/scripts/dkms.sh" uninstall >>"$scratch/dkms-peermem.log" 2>&1
 dk_cleanup
 trap 'rm -rf "$scratch"' EXIT

@@ -38,8 +38,14 @@ good() {
 	echo 0 >"$r/sys/kernel/debug/nvidia_peermem/errors"
 	echo 0x00020000 >"$r/sys/kernel/debug/nvidia_peermem/last_pin_version"
 	printf '\x07\x00\x00\x00\x00' >"$r/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-	printf 'static const char v[] __attribute__((section(".modinfo"),used)) = "version=0.2.0";\n' >"$scratch/dm.c"
+	printf 'static const char v[] __attribute__((section(".modinfo"),used)) = "version=0.2.0\\0parm=enable_nc:Register nv_mem_nc";\n' >"$scratch/dm.c"
 	cc -c -o "$r/lib/modules/$drel/updates/dkms/nvidia_peermem.ko" "$scratch/dm.c"
+	mkdir -p "$r/lib/modules/$drel/updates/peermem" "$r/usr/src/peermem-0.2.0"
+	ln -s ../dkms/nvidia_peermem.ko "$r/lib/modules/$drel/updates/peermem/nvidia_peermem.ko"
+	printf 'updates/peermem/nvidia_peermem.ko:\nupdates/dkms/nvidia-uvm.ko:\n' >"$r/lib/modules/$drel/modules.dep"
+	# NVIDIA's DKMS nvidia-peermem.ko beside it (what depmod must not take).
+	printf 'static const char v[] __attribute__((section(".modinfo"),used)) = "version=580.95.05";\n' >"$scratch/dn.c"
+	cc -c -o "$r/lib/modules/$drel/updates/dkms/nvidia-peermem.ko" "$scratch/dn.c"
 }
 dr=$scratch/doctor-root
 rundoc() { dout=$(PATH="$bin:$PATH" bash "$doc" --root "$dr" 2>&1); drc=$?; }
@@ -47,8 +53,8 @@ rundoc() { dout=$(PATH="$bin:$PATH" bash "$doc" --root "$dr" 2>&1); drc=$?; }
 line() { grep -E "^[A-Z]+ +$1: " <<<"$dout"; }
 
 good "$dr"; rundoc
-if [ "$drc" = 0 ] && ! grep -qE '^(FAIL|WARN)' <<<"$dout" && [ "$(grep -c '^PASS' <<<"$dout")" = 14 ]; then
-	ok "doctor: a good set-up passes all 14 checks (exit 0)"
+if [ "$drc" = 0 ] && ! grep -qE '^(FAIL|WARN)' <<<"$dout" && [ "$(grep -c '^PASS' <<<"$dout")" = 15 ]; then
+	ok "doctor: a good set-up passes all 15 checks (exit 0)"
 else
 	notok "doctor: good set-up (exit $drc)"; printf "%s\n" "$dout" | sed "s/^/#   /"
 fi
@@ -102,6 +108,10 @@ broken stack-NCCL WARN 'GPU Direct RDMA Disabled' "peermem (not the drop-in) on 
 broken stack-UCX WARN 'GPUDirect RDMA disabled' "... UCX" <<<"mv sys/module/nvidia_peermem sys/module/peermem"
 broken stack-NVSHMEM WARN 'GPUDirect RDMA disabled' "... NVSHMEM" <<<"mv sys/module/nvidia_peermem sys/module/peermem"
 broken secure-boot FAIL 'unsigned: /lib/modules/.*/nvidia_peermem.ko will not load' "Secure Boot on and the module unsigned" <<<"printf '\\x07\\x00\\x00\\x00\\x01' >sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+broken module-file FAIL 'loads /lib/modules/.*/updates/dkms/nvidia-peermem.ko, which is not peermem' "NVIDIA's DKMS nvidia-peermem.ko taken by depmod over the installed peermem" <<<"printf 'updates/dkms/nvidia-peermem.ko:\\n' >lib/modules/$drel/modules.dep"
+broken module-file FAIL 'lists no peermem module' "peermem installed, its build for the kernel missing" <<<"printf 'updates/dkms/nvidia-uvm.ko:\\n' >lib/modules/$drel/modules.dep"
+broken module-file WARN 'sudo depmod' "no modules.dep" <<<"rm lib/modules/$drel/modules.dep"
+broken module-file WARN 'no peermem module installed' "nothing of peermem installed" <<<"rm -r usr/src/peermem-0.2.0; printf 'updates/dkms/nvidia-peermem.ko:\\n' >lib/modules/$drel/modules.dep"
 broken page-tables FAIL 'older peermem that refuses them' "a 595 driver with an older peermem (no last_pin_version)" <<<"echo 595.45.04 >sys/module/nvidia/version; rm sys/kernel/debug/nvidia_peermem/last_pin_version"
 broken page-tables WARN 'older than 550' "a 535 driver" <<<"echo 535.274.02 >sys/module/nvidia/version"
 # pt VERSION-FIXTURES... REGEX DESC: the page-tables line for a set-up.

@@ -156,6 +156,7 @@ scripts/bench.sh|--rounds
 scripts/deb.sh|--out
 scripts/demo.sh|--kdir
 scripts/dkms.sh|
+scripts/dkms-hook.sh|
 scripts/doctor.sh|--root
 scripts/find-symvers.sh|--kdir
 scripts/kernel.sh|--variant

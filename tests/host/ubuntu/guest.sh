@@ -7,8 +7,9 @@
 # The guest sees the host's root read-only, so the package, the kernel's
 # modules under /lib/modules/$UB_KREL and the /etc files run.sh installed
 # are what this boot has. There is no systemd here (guest-init.sh is PID
-# 1): "at boot" is emulated by running what systemd-modules-load.service
-# runs, /lib/systemd/systemd-modules-load itself, on a fresh boot in which
+# 1): "at boot" is emulated by running what the package's peermem.service
+# runs (its ExecStart, read from the installed unit; systemd runs it after
+# openibd.service), on a fresh boot in which
 # nothing RDMA or GPU is loaded yet. udev's part (loading the HCA driver for
 # the device) is emulated by modprobe rdma_rxe afterwards.
 #
@@ -49,7 +50,7 @@ left=
 for m in gpusim ib_core ib_uverbs rdma_rxe nvidia_peermem peermem; do loaded $m && left+=" $m"; done
 expect_eq "a fresh boot: no GPU driver, RDMA core or peer client loaded yet" "${left# }" ""
 
-# --- "at boot": systemd-modules-load with the installed configuration ---------
+# --- "at boot": the package's unit, with the installed configuration ----------
 # What modprobe would do, in order (a dry run on the fresh boot).
 plan=$(modprobe -n -v nvidia_peermem 2>&1 | sed -n 's|^insmod \([^ ]*\).*|\1|p' | sed 's|.*/||; s|\.ko.*||')
 echo "# modprobe -n -v nvidia_peermem would insert, in order: $(echo $plan)"
@@ -64,13 +65,22 @@ pu=$(pos ib_uverbs)
 if [ -n "$pu" ] && [ -n "$pp" ] && [ "$pu" -lt "$pp" ] && ! modinfo -F depends nvidia_peermem | tr ',' '\n' | grep -qx ib_uverbs; then
 	ok "the package's softdep is read: ib_uverbs (no link dependency of nvidia_peermem) is in the plan before it"
 else nok "the softdep in /usr/lib/modprobe.d/peermem-softdep.conf is read (ib_uverbs in modprobe's plan)" "$plan" "depends: $(modinfo -F depends nvidia_peermem 2>&1)"; fi
-sml=/lib/systemd/systemd-modules-load
-if [ -x "$sml" ]; then
-	out=$(SYSTEMD_LOG_TARGET=console SYSTEMD_LOG_LEVEL=debug "$sml" 2>&1); rc=$?
-	printf '%s\n' "$out" | grep -iE 'peermem|insert|fail|error' | head -n 8 | sed 's/^/# systemd-modules-load: /'
-	expect_eq "systemd-modules-load (what systemd runs at boot) exits 0 with the package's /usr/lib/modules-load.d/peermem.conf" "$rc" "0"
+unit=/usr/lib/systemd/system/peermem.service
+# unit_start: what systemd runs to start the unit (its ExecStart lines).
+unit_start() {
+	local cmd rc=0
+	while IFS= read -r cmd; do
+		# shellcheck disable=SC2086  # the unit's command line, split as systemd does (no quotes in it)
+		$cmd || rc=$?
+	done < <(sed -n 's/^ExecStart=-\{0,1\}//p' "$unit")
+	return $rc
+}
+if [ -f "$unit" ] && grep -q '^ExecStart=' "$unit"; then
+	out=$(unit_start 2>&1); rc=$?
+	[ -z "$out" ] || printf '%s\n' "$out" | head -n 8 | sed 's/^/# peermem.service: /'
+	expect_eq "peermem.service's ExecStart (what systemd runs at boot, after openibd.service) exits 0" "$rc" "0"
 else
-	nok "$sml exists (systemd-modules-load)"
+	nok "the package's $unit with an ExecStart"
 fi
 for m in gpusim ib_core nvidia_peermem; do
 	check "after it: $m is loaded ($(rd /sys/module/$m/initstate))" test "$(rd /sys/module/$m/initstate)" = live
@@ -226,10 +236,13 @@ printf '%s\n' "$out" | sed 's/^/# openibd force-restart: /'
 if [ "$rc" = 0 ] && loaded ib_core && loaded rdma_rxe && ! loaded nvidia_peermem; then
 	ok "openibd force-restart unloads nvidia_peermem with the core, reloads the core and rxe, and leaves nvidia_peermem unloaded (openibd loads no peer client)"
 else nok "openibd force-restart" "rc $rc; loaded: $(lsmod | awk 'NR > 1 { printf "%s ", $1 }')"; fi
-out=$(modprobe nvidia_peermem 2>&1); rc=$?
+# systemd restarts peermem.service after openibd.service (PartOf, After).
+if grep -qx 'PartOf=openibd.service nvidia-persistenced.service' "$unit"; then
+	out=$(unit_start 2>&1); rc=$?
+else rc=unit-not-PartOf-openibd out=$(grep '^PartOf' "$unit"); fi
 if [ "$rc" = 0 ] && [ -d "$core/nv_mem" ] && [ "$(rd /sys/module/nvidia_peermem/version)" = "$UB_VERSION" ]; then
-	ok "after it, modprobe nvidia_peermem (the installed configuration) registers with the new core"
-else nok "modprobe nvidia_peermem after the force-restart" "rc $rc: $out"; fi
+	ok "after it, peermem.service (PartOf openibd.service: restarted with it, after it) loads nvidia_peermem again, which registers with the new core"
+else nok "peermem.service after the force-restart" "rc $rc: $out"; fi
 rxe_link_up
 relay "probes after force-restart" env PEERMEM_KO="$stage/peermem.ko" PEERMEM_DROPIN_KO="$stage/dropin/nvidia_peermem.ko" \
 	GPUSIM_KO="$stage/gpusim.ko" "$root/tests/guest/module/t_probes"

@@ -30,7 +30,7 @@
 # found, signed by the trusted key, .ko.zst, symbol CRCs equal to the
 # exporters'), a stale OFED Module.symvers refused at build time.
 # Then one boot of that kernel (scripts/vm.sh) runs tests/host/ubuntu/guest.sh:
-# modules-load.d at "boot", the NCCL-style probes, the end-to-end test, an
+# the package's unit at "boot" (its ExecStart), the NCCL-style probes, the end-to-end test, an
 # unsigned module refused and named by the doctor, an explicitly given
 # stale Module.symvers failing at load (what the build-time check
 # prevents), and an openibd restart with peermem loaded.
@@ -62,6 +62,7 @@ exec 9>/tmp/peermem-dkms-test.lock
 flock 9
 if [ -e /var/lib/dkms/peermem ] || compgen -G '/usr/src/peermem-*' >/dev/null || [ -e /etc/modprobe.d/peermem-softdep.conf ] ||
 	[ -e /etc/modules-load.d/peermem.conf ] || [ -e /usr/lib/modprobe.d/peermem-softdep.conf ] || [ -e /usr/lib/modules-load.d/peermem.conf ] ||
+	[ -e /usr/lib/systemd/system/peermem.service ] || [ -e /etc/systemd/system/peermem.service ] || [ -e /usr/lib/depmod.d/peermem.conf ] || [ -e /etc/depmod.d/peermem.conf ] ||
 	dpkg-query -W peermem-dkms >/dev/null 2>&1; then
 	skip_all "a peermem install exists on this host; not touching it"
 fi
@@ -194,7 +195,7 @@ got_gp=$(mv_crc "$work/nvidia_peermem.ko" nvidia_p2p_get_pages)
 if [ -n "$got_core" ] && [ $((got_core)) = $((core_crc)) ] && [ -n "$got_gp" ] && [ $((got_gp)) = $((gp_crc)) ]; then
 	ok "its symbol versions match the exporters: ib_register_peer_memory_client $got_core (ib_core), nvidia_p2p_get_pages $got_gp (gpusim)"
 else notok "modversions: ib_register_peer_memory_client '$got_core' (want $core_crc), nvidia_p2p_get_pages '$got_gp' (want $gp_crc)"; fi
-for f in /usr/lib/modprobe.d/peermem-softdep.conf /usr/lib/modules-load.d/peermem.conf; do
+for f in /usr/lib/modprobe.d/peermem-softdep.conf /usr/lib/depmod.d/peermem.conf /usr/lib/systemd/system/peermem.service; do
 	[ -f "$f" ] && sed "s|^|# $f: |" "$f" | grep -v ': #'
 done
 
@@ -277,7 +278,8 @@ done <"$vmout"
 PEERMEM_SYSROOT=$tr dpkg -r peermem-dkms >"$log/dpkg-r.log" 2>&1
 rc=$?
 left=$(ls -d /var/lib/dkms/peermem/*/ "/usr/src/peermem-$ver" "$mods/updates/dkms/nvidia_peermem.ko"* /usr/lib/modprobe.d/peermem-softdep.conf \
-	/usr/lib/modules-load.d/peermem.conf /etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
+	/usr/lib/depmod.d/peermem.conf /usr/lib/systemd/system/peermem.service "$mods/updates/peermem" /etc/systemd/system/*.wants/peermem.service \
+	/etc/modprobe.d/peermem-softdep.conf /etc/modules-load.d/peermem.conf 2>/dev/null)
 got=$(modinfo -k "$krel" -n nvidia_peermem 2>/dev/null)
 if [ "$rc" = 0 ] && [ -z "$left" ] && [ -z "$got" ]; then
 	ok "dpkg -r peermem-dkms (apt remove): no dkms entry, sources, module or config file left, and modprobe finds no nvidia_peermem for $krel"
