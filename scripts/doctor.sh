@@ -312,7 +312,7 @@ else
 	else say WARN module-file "no peermem module installed for $rel (modules.dep): sudo apt install ./peermem-dkms_<version>_all.deb or sudo make dkms-install"; fi
 fi
 
-# 9. what the stacks probe (docs/module.md, "What NCCL, UCX ... look for")
+# 9. what the stacks probe (docs/module.md, "Module name")
 probe() { # PATH...: the first that exists
 	local p
 	for p; do [ -e "$root$p" ] && { echo "$p"; return 0; }; done

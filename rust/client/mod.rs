@@ -29,7 +29,7 @@
 //! returned 0. Removal is atomic, so this holds whatever the driver's put
 //! returns and whenever its callback runs.
 //!
-//! An `nv_mem` registration holds two pins (docs/module.md, "The keeper"):
+//! An `nv_mem` registration holds two pins (docs/architecture.md, "The keeper"):
 //! the **watch pin** (`nvidia_p2p_get_pages`, with the free callback; in
 //! `gpu::WatchPin`), which only tells peermem that the memory is being
 //! freed, and the **keeper** (`nvidia_p2p_get_pages_persistent`), the
@@ -95,7 +95,7 @@
 //! the fallback without a keeper: OFED's core holds the umem's mapping lock
 //! across `dma_map`, hence across `nvidia_p2p_dma_map_pages`, and that
 //! callback must invalidate through the core, which takes that lock. See
-//! `docs/module.md`, "Locking".
+//! `docs/architecture.md`, "Locking".
 
 use crate::kapi::device::DmaDevice;
 use crate::kapi::mmu_notifier::{AddressChange, Unmapping};

@@ -1100,7 +1100,7 @@ fn revoke(reg: Arc<Registration>, why: Revocation) {
 /// The free callback of a registration without a keeper (the driver
 /// refused the persistent pin): the pin with the callback is the phase's,
 /// so the callback must revoke before it returns, and wait for a mapping
-/// in progress (docs/module.md, "Locking": this is the wait that can
+/// in progress (docs/architecture.md, "Locking": this is the wait that can
 /// deadlock with the driver's lock).
 fn gpu_freed_unkept(reg: Arc<Registration>) {
     let stats = reg.stats();
@@ -1109,7 +1109,7 @@ fn gpu_freed_unkept(reg: Arc<Registration>) {
         // must stay valid until the driver's map call returned. (A free
         // racing a registration of the same memory on NVIDIA's driver: the
         // map call may wait for the driver's lock this callback runs under.
-        // No client can avoid that: docs/module.md, "Locking".)
+        // No client can avoid that: docs/architecture.md, "Locking".)
         let mut g = reg.lock_settled();
         match core::mem::replace(&mut g.phase, Phase::Freed) {
             Phase::New => {

@@ -148,7 +148,7 @@ define_stats! {
     /// (`ENOTSUPP`: confidential computing, MIG without an internal P2P
     /// object); that registration falls back to one pin whose free
     /// callback waits for a mapping in progress, which can deadlock with a
-    /// free racing the registration (logged; docs/module.md, "Locking").
+    /// free racing the registration (logged; docs/architecture.md, "Locking").
     keeper_pins_refused,
     /// `nv_mem`: keeper pins that failed otherwise (`ENOMEM`: BAR1 full,
     /// after the process's cached pins were given back and one more try;

@@ -143,7 +143,7 @@ int main(int argc, char **argv)
 		bail("insmod %s %s failed", argv[2], args);
 	/*
 	 * nvidia-peermem's invalidating client has the core's mapping-lock /
-	 * RM-lock cycle (docs/module.md, "Locking"), which lockdep reports in
+	 * RM-lock cycle (docs/architecture.md, "Locking"), which lockdep reports in
 	 * the debug rig: its runs go without gpusim's RM lock, as in the e2e
 	 * tests. What fits in BAR1 does not depend on that lock.
 	 */

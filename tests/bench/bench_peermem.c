@@ -217,7 +217,7 @@ static void use_side(int s)
 	/*
 	 * gpusim holds its RM lock by default, as NVIDIA's driver does. NVIDIA's
 	 * nvidia-peermem (the invalidating 550 client) has the core's
-	 * mapping_lock <-> RM lock cycle (docs/module.md, "Locking"), which
+	 * mapping_lock <-> RM lock cycle (docs/architecture.md, "Locking"), which
 	 * lockdep reports in the debug rig and which is a real deadlock when a
 	 * free races a registration: its side runs with rm_lock=0, as in
 	 * tests/guest/e2e. peermem and the floor keep the lock.

@@ -50,7 +50,7 @@ pub(in crate::client) fn pin<T: FreeCallback>(
 /// the freed memory, third_party_p2p.c), and a pinned range always lies in
 /// one allocation (`CliGetThirdPartyP2PVidmemInfoFromAddress`): so one
 /// page watches the whole range, and holds one page of BAR1, not the
-/// range's (docs/module.md, "The keeper").
+/// range's (docs/architecture.md, "The keeper").
 pub(in crate::client) fn watch_range(range: &GpuRange) -> GpuRange {
     GpuRange::new(range.aligned_start(), PAGE_SIZE).unwrap_or(*range)
 }
@@ -117,7 +117,7 @@ fn report_keeper_unsupported() {
     static REPORTED: AtomicBool = AtomicBool::new(false);
     if !REPORTED.swap(true, Ordering::Relaxed) {
         pr_warn!(
-            "the GPU driver does not support persistent pins of this memory (confidential computing or MIG); such registrations fall back to one pin, and a GPU free racing their registration can deadlock with the driver's lock (counted in keeper_pins_refused; docs/module.md, \"Locking\")\n"
+            "the GPU driver does not support persistent pins of this memory (confidential computing or MIG); such registrations fall back to one pin, and a GPU free racing their registration can deadlock with the driver's lock (counted in keeper_pins_refused; docs/architecture.md, \"Locking\")\n"
         );
     } else {
         warn_ratelimited(c"the GPU driver refused a keeper pin as not supported again (keeper_pins_refused); this registration falls back to one pin");
@@ -279,7 +279,7 @@ pub(in crate::client) fn take_after_put<T: Send + Sync>(
 
 /// `nv_mem`'s watch pin (non-persistent, with the free callback) when the
 /// phase holds a keeper (a persistent pin of the same range, the one that
-/// is mapped): docs/module.md, "The keeper". The watch only tells peermem
+/// is mapped): docs/architecture.md, "The keeper". The watch only tells peermem
 /// that the memory is being freed; the keeper keeps it until peermem
 /// revoked the registration, so the free callback never waits. Kept under
 /// the registration lock; its methods are called with it held.

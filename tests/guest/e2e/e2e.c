@@ -309,7 +309,7 @@ static long long dmesg_count(const char *re)
  * lock across get_pages and takes it in its callback. Lockdep reports
  * those cycles, which would fail every run of theirs for a defect that
  * is theirs (docs/testing.md). peermem's clients are in no cycle
- * (docs/module.md, "Locking").
+ * (docs/architecture.md, "Locking").
  */
 static const char *rm_lock_default(void)
 {

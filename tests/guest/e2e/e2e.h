@@ -68,7 +68,7 @@ struct e2e_client {
 	/*
 	 * 1: besides its pin with a free callback, the client takes a
 	 * persistent "keeper" pin of the same range (peermem's nv_mem since
-	 * issue 22, docs/module.md "The keeper"): gpusim sees two page
+	 * issue 22, docs/architecture.md "The keeper"): gpusim sees two page
 	 * tables per registration, one of them persistent.
 	 */
 	int keeper;

@@ -141,7 +141,7 @@ static int pmc_idle(const char *dir)
  * callback) held right now. A free callback only queues the revocation:
  * the core's invalidate, the unmap and the keeper's put follow in a work
  * item, so after a GPU free returns wait for this to drop before
- * expecting the MR revoked (docs/module.md, "The keeper").
+ * expecting the MR revoked (docs/architecture.md, "The keeper").
  */
 static long long pm_live_keepers(void)
 {
@@ -244,7 +244,7 @@ static void gs_defaults(void)
 	 * callbacks): on by default, as the driver is. GPUSIM_RM_LOCK=0 runs
 	 * without it (the orders the real driver never produces, e.g. a
 	 * callback after its put returned). peermem's free callback waits
-	 * for nothing that waits for the driver (docs/module.md, "Locking").
+	 * for nothing that waits for the driver (docs/architecture.md, "Locking").
 	 */
 	gs_knob("rm_lock", getenv("GPUSIM_RM_LOCK") ?: "1");
 	gs_knob("fail_errno", "12");

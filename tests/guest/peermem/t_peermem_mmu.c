@@ -115,7 +115,7 @@ static int stays_quiet(const struct snap *s0, double secs, struct snap *s1)
 
 /*
  * gpusim pins per GPU registration: nv_mem holds its pin with the free
- * callback and its keeper (persistent; docs/module.md, "The keeper"),
+ * callback and its keeper (persistent; docs/architecture.md, "The keeper"),
  * nv_mem_nc (enable_invalidate=0) one persistent pin.
  */
 /*
@@ -489,7 +489,7 @@ static void test_free_then_munmap(void)
 	/*
 	 * nv_mem's revocation runs in a work item after the free returned: the
 	 * core's invalidate (counted in invalidations_gpu_free), then the PCI
-	 * unmap and the keeper's put (docs/module.md, "The keeper"). Wait for
+	 * unmap and the keeper's put (docs/architecture.md, "The keeper"). Wait for
 	 * all of it, the pins back to where they were, before asking the munmap
 	 * to change nothing.
 	 */

@@ -17,7 +17,7 @@
  * (the umem's mapping lock, held across dma_map and so across
  * nvidia_p2p_dma_map_pages, taken by invalidate from the callback under
  * RM) and ran alone in a boot of its own. Now any lockdep report fails
- * it (and the runner fails the run on it): docs/module.md, "Locking".
+ * it (and the runner fails the run on it): docs/architecture.md, "Locking".
  */
 #include "peermem_test.h"
 

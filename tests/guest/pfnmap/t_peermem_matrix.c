@@ -37,7 +37,7 @@
  *                PFN: inject_delay_put_pages_ms
  *   release      inject_delay_release_ms (ticket cleared, before unpin)
  *
- * Outcomes checked (docs/module.md, "Every interleaving", "PFN-mapped
+ * Outcomes checked (docs/architecture.md, "Every interleaving", "PFN-mapped
  * memory"):
  *   - registration phases, revoking cause (nv_mem and PFN): ibv_reg_mr
  *     fails with EFAULT, or succeeds and the MR is revoked: the event

@@ -282,7 +282,7 @@ static void round_once(struct worker *w, int may_exit)
 		 * reference client, peermem without a keeper pin), soon after
 		 * for peermem's nv_mem with its keeper pin, which keeps the
 		 * memory allocated until the revocation work item has run
-		 * (docs/module.md, "The keeper"): an RDMA until then reads the
+		 * (docs/architecture.md, "The keeper"): an RDMA until then reads the
 		 * old memory, never memory the driver gave to someone else. So
 		 * the check waits, as for munmap: an MR still usable after
 		 * 10 s (times the slowdown) is an error.
