@@ -1754,6 +1754,12 @@ int main(int argc, char **argv)
 			 * load. The modules' symbols follow ("ksym" lines).
 			 */
 			int insns = getenv("BENCH_PROF_INSNS") && !strcmp(getenv("BENCH_PROF_INSNS"), "1");
+			/*
+			 * BENCH_PROF_MISS=1: each registration at the next distinct
+			 * range of its size (a watch-pin cache miss, as the pin-cost
+			 * figure's "first"), not the same range again.
+			 */
+			int miss = getenv("BENCH_PROF_MISS") && !strcmp(getenv("BENCH_PROF_MISS"), "1");
 
 			if (counters)
 				csnap_take(&ca);
@@ -1771,7 +1777,8 @@ int main(int argc, char **argv)
 						bail("%s: umem_test: %s", side_name[prof_side], strerror(-e));
 					continue;
 				}
-				reg_or_bail(prof_side, gbig.p, prof_len, &r);
+				reg_or_bail(prof_side, miss ? miss_range(prof_side, prof_len) : gbig.p,
+					    prof_len, &r);
 				dereg_or_bail(prof_side, &r);
 			}
 			if (insns) {
