@@ -23,6 +23,7 @@
 #include "nv_p2p_abi.h"
 #include "peermem_miscdev.h"
 #include "peermem_pfnmap.h"
+#include "peermem_proc.h"
 
 /*
  * peermem's version: MODULE_VERSION and the version string of the

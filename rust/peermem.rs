@@ -43,6 +43,7 @@ use client::{params, stats, NvMem, NvMemNc, Registration};
 use kapi::debugfs::Debugfs;
 use kapi::mmu_notifier::Watches;
 use kapi::peer_mem::{CoreClient, PeerMemoryClient};
+use kapi::procfs::ProcFile;
 
 // Only the keys that `module!` accepts on every supported kernel (6.12
 // wants `author:`, 7.x `authors: [..]`; neither has a `version:`): author,
@@ -70,6 +71,8 @@ module! {
 /// (see there); a load that fails part way drops what it has built so far
 /// the same way.
 struct PeerMem {
+    /// `/proc/driver/peermem`: the counters anyone may read.
+    counters: Option<ProcFile<stats::PublicCounters>>,
     /// `/dev/peermem` (revocation events), unless `events=0`.
     events: Option<client::events::Device>,
     /// The non-invalidating client (`nv_mem_nc`), unless `enable_nc=0`.
@@ -101,6 +104,7 @@ impl kernel::Module for PeerMem {
         // From here on, a failure (`?`) drops `this`, whose `Drop` undoes
         // what was done, in the order unload does.
         let mut this = Self {
+            counters: None,
             events: None,
             core_nc: None,
             core: None,
@@ -141,6 +145,15 @@ impl kernel::Module for PeerMem {
                 None
             }
         };
+        // Like the debugfs files, never a reason to fail the load.
+        this.counters = ProcFile::create(c"driver/peermem")
+            .inspect_err(|e| {
+                pr_warn!(
+                    "no /proc/driver/peermem (error {}): the counters are only in debugfs\n",
+                    e.to_errno()
+                );
+            })
+            .ok();
         this.loaded = true;
         let params = &this.params;
         pr_info!(
@@ -203,6 +216,7 @@ impl Drop for PeerMem {
         // module reference, so none is left. The debugfs files too (their
         // removal waits for a write in progress): no flush of the watch-pin
         // cache runs beside the unload's drain below.
+        drop(self.counters.take());
         drop(self.events.take());
         drop(self.debugfs.take());
         // Each sleeps until the core released every registration of that

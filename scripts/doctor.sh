@@ -82,12 +82,14 @@ if [ -n "$bundle" ]; then
 			printf '%s %s\n' "${f#/sys/kernel/debug/}" "$(head -c 100 "$f" 2>/dev/null | head -n 1)"
 		done
 	done >"$b/counters.txt" 2>&1
+	# Without root (no debugfs): the counters anyone may read.
+	[ -r /proc/driver/peermem ] && sed 's|^|proc/driver/peermem: |' /proc/driver/peermem >>"$b/counters.txt" 2>&1
 	{ command -v ofed_info >/dev/null && ofed_info -s; cat /proc/driver/nvidia/version 2>/dev/null;
 	  command -v nvidia-smi >/dev/null && nvidia-smi -q 2>/dev/null | grep -iE 'driver version|product name|bar1|total|used' | head -n 40; } >"$b/versions.txt" 2>&1
 	tar -C "$d" -czf "$bundle" peermem-report || { rm -rf "$d"; echo "doctor: cannot write $bundle" >&2; exit 1; }
 	rm -rf "$d"
 	echo "doctor: wrote $bundle (doctor.txt, system.txt, modules.txt, dkms-status.txt, dkms-make.log, kernel-log.txt, counters.txt, versions.txt); attach it to the report"
-	[ "$(id -u)" = 0 ] || echo "doctor: not run as root: the kernel log and the counters may be missing from it (sudo peermem-doctor --bundle FILE)"
+	[ "$(id -u)" = 0 ] || echo "doctor: not run as root: the kernel log and the debugfs files may be missing from it (sudo peermem-doctor --bundle FILE)"
 	exit 0
 fi
 
@@ -269,6 +271,13 @@ else
 			rdv pname "$S/module/$m/parameters/peer_name"; rdv nc "$S/module/$m/parameters/enable_nc"
 			ncname=''; [ "$nc" != Y ] || ncname=", ${pname}_nc"
 			say PASS peermem "$m $v loaded and registered ($pname$ncname); live registrations $((acq - relz)), errors $err"
+		elif [ -r "$P/driver/peermem" ]; then
+			# The counters anyone may read (docs/module.md, "Counters").
+			pc() { awk -v n="$1" '$1 == "client" && $2 == n { print $3 }' "$P/driver/peermem"; }
+			acq=$(pc registrations_acquired); relz=$(pc registrations_released); err=$(pc errors)
+			rdv pname "$S/module/$m/parameters/peer_name"; rdv nc "$S/module/$m/parameters/enable_nc"
+			ncname=''; [ "$nc" != Y ] || ncname=", ${pname}_nc"
+			say PASS peermem "$m $v loaded and registered ($pname$ncname); live registrations $((${acq:-0} - ${relz:-0})), errors ${err:-0} (from /proc/driver/peermem)"
 		elif [ -d "$S/kernel/debug" ] && [ -z "$(ls -A "$S/kernel/debug" 2>/dev/null)" ]; then
 			say WARN peermem "$m $v loaded (it registers at load or fails to load); debugfs is not mounted or not readable, so no counters: mount -t debugfs none /sys/kernel/debug (as root)"
 		else

@@ -10,7 +10,9 @@
 //! e.g. `STATS.pages_pinned.add(n)`; the debugfs files are created from
 //! the list below, so a new counter needs no other change.
 
+use crate::kapi::procfs::{ProcShow, ProcText};
 use core::ffi::CStr;
+use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// One monotonic event counter.
@@ -281,6 +283,34 @@ pub(crate) static STATS_PFN_BAR: BarStats = BarStats::new();
 
 /// The PFN-map source's walk counters, in `/sys/kernel/debug/peermem/pfn/`.
 pub(crate) static STATS_PFN_WALK: WalkStats = WalkStats::new();
+
+/// The counters anyone may read: `/proc/driver/peermem`, one line
+/// `SET NAME VALUE` a counter, SET `client` ([`STATS`]), `client_nc`
+/// ([`STATS_NC`]) or `pfn` (the PFN-map source's). They are sums over
+/// every process of the machine, with no address, process or kernel
+/// pointer in them (how much GPU memory registration the machine does, as
+/// `/proc/interrupts` says how much I/O): what a monitoring agent without
+/// root needs, and nothing about any one process. The test knobs, the
+/// watch-pin cache's flush and the last page table's version stay in
+/// debugfs (root).
+pub(crate) struct PublicCounters;
+
+impl ProcShow for PublicCounters {
+    fn show(out: &mut ProcText<'_>) -> fmt::Result {
+        let mut res = Ok(());
+        let mut line = |set: &str, name: &CStr, c: &Counter| {
+            if res.is_ok() {
+                res = writeln!(out, "{} {} {}", set, name.to_str().unwrap_or("?"), c.get());
+            }
+        };
+        STATS.for_each(|n, c| line("client", n, c));
+        STATS_NC.for_each(|n, c| line("client_nc", n, c));
+        STATS_PFN.for_each(|n, c| line("pfn", n, c));
+        STATS_PFN_BAR.for_each(|n, c| line("pfn", n, c));
+        STATS_PFN_WALK.for_each(|n, c| line("pfn", n, c));
+        res
+    }
+}
 
 #[cfg(peermem_kunit)]
 #[::kernel::macros::kunit_tests(peermem_stats)]

@@ -30,6 +30,7 @@
 //! | [`mmu_notifier`] | address-range watches                     | none yet (`mmu_interval_notifier`) |
 //! | [`pfnmap`]       | PFNs of PFN-mapped user memory, their DMA mapping | none (`follow_pfnmap_*`, `dma_map_resource`) |
 //! | [`debugfs`]      | counter and knob files                    | `kernel::debugfs` (6.18) |
+//! | [`procfs`]       | a read-only `/proc` file (`seq_file`)      | none |
 //! | [`object_count`] | live objects module unload waits for      | none |
 //! | [`module_param`] | module parameters                         | `kernel::module_param` (6.18) |
 //! | [`delay`], [`print`] | `msleep`, rate-limited messages       | `kernel::time::delay`, none |
@@ -56,6 +57,7 @@ pub(crate) mod object_count;
 pub(crate) mod peer_mem;
 pub(crate) mod pfnmap;
 pub(crate) mod print;
+pub(crate) mod procfs;
 pub(crate) mod scatterlist;
 pub(crate) mod sync;
 pub(crate) mod task;

@@ -48,6 +48,22 @@ static void *thr_reg(void *arg)
 	return NULL;
 }
 
+/* Counter NAME of SET in /proc/driver/peermem ("SET NAME VALUE" lines), -1 if absent. */
+static long long proc_counter(const char *set, const char *name)
+{
+	FILE *f = fopen("/proc/driver/peermem", "r");
+	char s[64], n[64];
+	long long v, found = -1;
+
+	if (!f)
+		return -1;
+	while (fscanf(f, "%63s %63s %lld", s, n, &v) == 3)
+		if (!strcmp(s, set) && !strcmp(n, name))
+			found = v;
+	fclose(f);
+	return found;
+}
+
 int main(void)
 {
 	struct peer_stats s0, s1;
@@ -112,6 +128,16 @@ int main(void)
 	ok(pm("registrations_acquired") == 1 && pm_live_regs() == 1 && pm_live_pins() == 1 &&
 	   pm_live_maps() == 1 && pm("pages_pinned") == (long long)NPAGES,
 	   "peermem: one registration, one pin of %lu pages, one mapping", NPAGES);
+	{
+		/* The counters anyone may read, as debugfs has them (docs/module.md, "Counters"). */
+		long long pa = proc_counter("client", "registrations_acquired"),
+			  pp = proc_counter("client", "pages_pinned"),
+			  pn = proc_counter("client_nc", "registrations_acquired");
+
+		ok(pa == 1 && pp == pm("pages_pinned") && pn == pm_nc("registrations_acquired"),
+		   "/proc/driver/peermem: client registrations_acquired %lld, pages_pinned %lld (debugfs %lld), client_nc registrations_acquired %lld",
+		   pa, pp, pm("pages_pinned"), pn);
+	}
 	ok(gs("live_pins") == 2 && gs("calls/get_pages") == 1 && gs("live_persistent_pins") == 1 &&
 	   pm_live_keepers() == 1,
 	   "one nvidia_p2p_get_pages and one keeper pin (persistent) for the whole registration (gpusim: %lld call(s), %lld pin(s))",

@@ -104,6 +104,13 @@ broken conflict FAIL "NVIDIA's nvidia-peermem 580.95.05" "NVIDIA's nvidia-peerme
 broken conflict FAIL "nv_peer_mem" "Mellanox's nv_peer_mem loaded" <<<"mkdir -p sys/module/nv_peer_mem"
 broken peermem FAIL 'peermem is not loaded' "peermem not loaded" <<<"rm -r sys/module/nvidia_peermem sys/kernel/debug/nvidia_peermem"
 broken peermem WARN 'debugfs' "loaded but debugfs not mounted" <<<"rm -r sys/kernel/debug/nvidia_peermem"
+# Without debugfs but with /proc/driver/peermem (a doctor run as a user): its counters.
+good "$dr"; rm -r "$dr/sys/kernel/debug/nvidia_peermem"; mkdir -p "$dr/proc/driver"
+printf 'client registrations_acquired 7\nclient registrations_released 4\nclient errors 1\nclient_nc registrations_acquired 9\n' >"$dr/proc/driver/peermem"
+rundoc
+if line peermem | grep -q '^PASS .*live registrations 3, errors 1 (from /proc/driver/peermem)'; then
+	ok "doctor: no debugfs, /proc/driver/peermem there: PASS peermem with its client counters"
+else notok "doctor: /proc/driver/peermem fallback: $(line peermem)"; fi
 broken stack-NCCL WARN 'GPU Direct RDMA Disabled' "peermem (not the drop-in) on an OFED without memory_peers: NCCL" <<<"mv sys/module/nvidia_peermem sys/module/peermem; mv sys/kernel/debug/nvidia_peermem sys/kernel/debug/peermem"
 broken stack-UCX WARN 'GPUDirect RDMA disabled' "... UCX" <<<"mv sys/module/nvidia_peermem sys/module/peermem"
 broken stack-NVSHMEM WARN 'GPUDirect RDMA disabled' "... NVSHMEM" <<<"mv sys/module/nvidia_peermem sys/module/peermem"
