@@ -226,7 +226,7 @@ impl Drop for PeerMem {
         // The watch-pin cache's entries, before the work queue their free
         // callbacks queue to goes: the pins of other processes are left to
         // their free callbacks (only the pinning process can put them).
-        client::wcache::drain_all();
+        client::WATCH_CACHE.drain_all();
         let left = stats::STATS
             .pins_left_to_callback
             .get()
@@ -331,7 +331,7 @@ fn create_debugfs() -> Result<Debugfs> {
     }
     stats::LAST_PIN.for_each(|name, value| d.add_hex(name, value));
     // Drops every cached watch pin (tests: "nothing pinned" after deregistering).
-    d.add_action::<client::wcache::Flush>(c"watch_cache_flush");
+    d.add_action::<client::wcache::Flush<Registration>>(c"watch_cache_flush");
     // The fault-injection delays: rig builds only (client/inject.rs).
     #[cfg(peermem_rig)]
     {

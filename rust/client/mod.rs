@@ -116,7 +116,7 @@ mod source;
 pub(crate) mod stats;
 pub(crate) mod wcache;
 
-pub(crate) use registration::Registration;
+pub(crate) use registration::{Registration, WATCH_CACHE};
 use stats::{Stats, STATS, STATS_NC};
 
 /// Which of peermem's two peer-memory clients.

@@ -8,7 +8,8 @@ use super::range::GpuRange;
 use super::source::gpu::{self, Keeper, WatchFreed};
 use super::source::{pfn, GiveBack, Source};
 use super::stats::{Stats, STATS, STATS_PFN};
-use super::{inject, wcache, Kind};
+use super::wcache::{self, Parkable, WatchCache};
+use super::{inject, Kind};
 use crate::kapi::device::DmaDevice;
 use crate::kapi::mm;
 use crate::kapi::mmu_notifier::AddressWatch;
@@ -231,7 +232,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
     // `nv_mem`: a range this process registered before may still have its
     // watch pin and address watch (the watch-pin cache).
     if !persistent {
-        if let Some(reg) = wcache::take(addr, size) {
+        if let Some(reg) = WATCH_CACHE.take(addr, size) {
             if let Some(pt) = unpark(&reg) {
                 stats.watch_cache_hits.inc();
                 return finish_acquire(reg, pt, false);
@@ -295,7 +296,7 @@ pub(crate) fn acquire(kind: Kind, addr: u64, size: u64) -> Option<Arc<Registrati
         }
     };
     let mut pinned = pin();
-    if matches!(pinned, Err(e) if e != EINVAL) && wcache::drain_mine() != 0 {
+    if matches!(pinned, Err(e) if e != EINVAL) && WATCH_CACHE.drain_mine() != 0 {
         // This process's cached watch pins hold BAR1 space: given back
         // (here, in the process that pinned them), one more try.
         pinned = pin();
@@ -345,7 +346,7 @@ fn finish_acquire(
         None
     } else {
         let mut k = gpu::pin_keeper(stats, &range);
-        if matches!(k, Keeper::NoRoom) && wcache::drain_mine() != 0 {
+        if matches!(k, Keeper::NoRoom) && WATCH_CACHE.drain_mine() != 0 {
             k = gpu::pin_keeper(stats, &range);
         }
         match k {
@@ -812,13 +813,13 @@ pub(crate) fn release(reg: Arc<Registration>) {
         pr_err!("BUG: release returns while the core's invalidate runs for the registration; the core may free its client under that call. Please report this peermem bug\n");
     }
     if may_park {
-        wcache::park_or_drop(reg);
+        WATCH_CACHE.park_or_drop(reg);
     }
 }
 
 /// The GPU memory a parked `reg`'s watch pin covers, hence the BAR1 it
 /// holds (for the cache's bound): one GPU page.
-pub(super) fn parked_bytes(reg: &Registration) -> u64 {
+fn parked_bytes(reg: &Registration) -> u64 {
     gpu::watch_range(&reg.range).aligned_len()
 }
 
@@ -840,20 +841,20 @@ fn parkable(reg: &Registration, g: &Inner) -> bool {
 }
 
 /// [`parkable`], taking the lock (before the cache makes room for it).
-pub(super) fn may_be_parked(reg: &Registration) -> bool {
+fn may_be_parked(reg: &Registration) -> bool {
     parkable(reg, &reg.inner.lock())
 }
 
 /// Parks `reg` in the watch-pin cache if it can be reused ([`parkable`]).
 /// `false`: not parked (the caller puts the watch pin).
-pub(super) fn park(reg: &Arc<Registration>) -> bool {
+fn park(reg: &Arc<Registration>) -> bool {
     let mut g = reg.inner.lock();
     if !parkable(reg, &g) {
         return false;
     }
     // Under this lock, so that a free callback that comes next sees the
     // mark and queues the work item that drops the entry.
-    if !wcache::insert(
+    if !WATCH_CACHE.insert(
         reg,
         reg.mm_key,
         reg.range.addr(),
@@ -870,7 +871,7 @@ pub(super) fn park(reg: &Arc<Registration>) -> bool {
     true
 }
 
-/// A registration `wcache::take` gave back: made `New` again with its
+/// A registration the watch-pin cache gave back ([`WatchCache::take`]): made `New` again with its
 /// watch pin taken out for [`finish_acquire`] (`WatchPin::Pinning`, as a
 /// fresh `acquire` holds it), or `None` if it cannot be reused (its memory
 /// was freed or its range unmapped meanwhile: the caller drops it).
@@ -899,7 +900,7 @@ fn unpark(reg: &Registration) -> Option<PageTable<Registration>> {
 /// Drops a registration taken out of the watch-pin cache: stops its
 /// address watch and puts its watch pin (unless the free callback took
 /// it). No lock held; sleeps.
-pub(super) fn drop_parked(reg: Arc<Registration>) {
+fn drop_parked(reg: Arc<Registration>) {
     // Out of the table, still marked: a free callback now queues the work
     // item, which finds nothing to take out (unload removes the flush file
     // before its own drain, so the work queue outlives this window).
@@ -911,10 +912,34 @@ pub(super) fn drop_parked(reg: Arc<Registration>) {
 
 /// `release`'s end for a registration not parked: its watch pin put
 /// (where the caller can: otherwise left to its callback).
-pub(super) fn drop_unparked(reg: Arc<Registration>) {
+fn drop_unparked(reg: Arc<Registration>) {
     reg.stop_watch();
     reg.unpin_watch();
     reg.leave_to_callback();
+}
+
+/// The watch-pin cache of `nv_mem` registrations (`super::wcache`).
+pub(crate) static WATCH_CACHE: WatchCache<Registration> = WatchCache::new();
+
+impl Parkable for Registration {
+    fn cache() -> &'static WatchCache<Self> {
+        &WATCH_CACHE
+    }
+    fn may_be_parked(this: &Arc<Self>) -> bool {
+        may_be_parked(this)
+    }
+    fn parked_bytes(this: &Arc<Self>) -> u64 {
+        parked_bytes(this)
+    }
+    fn park(this: &Arc<Self>) -> bool {
+        park(this)
+    }
+    fn drop_parked(this: Arc<Self>) {
+        drop_parked(this)
+    }
+    fn drop_unparked(this: Arc<Self>) {
+        drop_unparked(this)
+    }
 }
 
 /// The GPU driver's free callback for a pin whose put returned 0 before it
@@ -1038,7 +1063,7 @@ fn revoke(reg: Arc<Registration>, why: Revocation) {
             return;
         } else {
             g.parked = false;
-            Some(wcache::remove(&reg))
+            Some(WATCH_CACHE.remove(&reg))
         }
     };
     if let Some(taken) = unparked {

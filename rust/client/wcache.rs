@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The watch-pin cache (issue 26): deregistered `nv_mem` registrations
+//! The watch-pin cache: deregistered `nv_mem` registrations
 //! whose watch pin (the pin with the free callback) and address watch are
 //! kept, so that registering the same range again in the same process
 //! takes only the keeper: one pin where nvidia-peermem takes two, and no
@@ -8,7 +8,7 @@
 //!
 //! What an entry holds, and what it does not: the watch pin keeps no GPU
 //! memory from being freed (its free callback comes at the free, and drops
-//! the entry: [`super::registration::gpu_freed`]), and the keeper, which
+//! the entry: the registration's `gpu_freed`), and the keeper, which
 //! does keep memory, is put at every deregistration as before. An entry
 //! holds BAR1 space (the pin's mapping), bounded here in entries and bytes
 //! (`watch_cache`, `watch_cache_mib`). The address watch keeps running: an
@@ -33,12 +33,17 @@
 //! together with another guard of that lock). A registration is in the
 //! table only while its `parked` mark is set (under its own lock); the
 //! table's reference belongs to whoever takes the entry out of the table.
+//!
+//! The cache knows registrations only through [`Parkable`]: the
+//! registration module owns the one [`WatchCache`] (a `static`) and
+//! implements the trait, so this module never names it and the two do not
+//! depend on each other both ways.
 
-use super::registration::{self, Registration};
 use crate::kapi::debugfs::Action;
 use crate::kapi::global_lock::EventsLocked;
 use crate::kapi::task::ThreadGroup;
 use crate::kapi::{mm, module_param};
+use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -53,8 +58,25 @@ static LIMIT_ENTRIES: AtomicU32 = AtomicU32::new(0);
 /// Bytes allowed (`watch_cache_mib`). Set at load.
 static LIMIT_BYTES: AtomicU64 = AtomicU64::new(0);
 
+/// What the cache asks of what it parks (a registration).
+pub(crate) trait Parkable: Send + Sync + Sized + 'static {
+    /// The one cache of this type.
+    fn cache() -> &'static WatchCache<Self>;
+    /// Whether `this` may be parked at all (its kind, its state).
+    fn may_be_parked(this: &Arc<Self>) -> bool;
+    /// The GPU memory its watch pin covers.
+    fn parked_bytes(this: &Arc<Self>) -> u64;
+    /// Parks it: marks it and inserts it with [`WatchCache::insert`];
+    /// `false` if it could not be.
+    fn park(this: &Arc<Self>) -> bool;
+    /// Drops an entry taken out of the table: puts its watch pin.
+    fn drop_parked(this: Arc<Self>);
+    /// Drops one that was not parked, as a release without the cache does.
+    fn drop_unparked(this: Arc<Self>);
+}
+
 /// One parked registration.
-struct Entry {
+struct Entry<T> {
     /// The registering address space ([`mm::current_key`]); the started
     /// address watch keeps its `mm_struct`, so the key is not reused.
     mm: usize,
@@ -66,14 +88,12 @@ struct Entry {
     bytes: u64,
     /// When it was parked: the smallest goes first.
     stamp: u64,
-    reg: Arc<Registration>,
+    reg: Arc<T>,
 }
 
-const NONE: Option<Entry> = None;
-
 /// The cache's table.
-struct Table {
-    slots: [Option<Entry>; MAX_ENTRIES as usize],
+struct Table<T> {
+    slots: [Option<Entry<T>>; MAX_ENTRIES as usize],
     /// Entries in `slots`.
     entries: u32,
     /// Sum of the entries' `bytes`.
@@ -82,9 +102,9 @@ struct Table {
     clock: u64,
 }
 
-impl Table {
+impl<T> Table<T> {
     /// Takes out slot `i`'s entry.
-    fn take_slot(&mut self, i: usize) -> Option<Arc<Registration>> {
+    fn take_slot(&mut self, i: usize) -> Option<Arc<T>> {
         let e = self.slots.get_mut(i)?.take()?;
         self.entries -= 1;
         self.bytes -= e.bytes;
@@ -92,7 +112,7 @@ impl Table {
     }
 
     /// Takes out the oldest entry of `owner`'s, if any.
-    fn take_oldest(&mut self, owner: ThreadGroup) -> Option<Arc<Registration>> {
+    fn take_oldest(&mut self, owner: ThreadGroup) -> Option<Arc<T>> {
         let i = self
             .slots
             .iter()
@@ -108,7 +128,7 @@ impl Table {
     }
 
     /// Takes out the first entry (of `owner`'s, if given), if any.
-    fn take_any(&mut self, owner: Option<ThreadGroup>) -> Option<Arc<Registration>> {
+    fn take_any(&mut self, owner: Option<ThreadGroup>) -> Option<Arc<T>> {
         let i = self.slots.iter().position(|s| {
             s.as_ref()
                 .is_some_and(|e| owner.is_none_or(|o| e.owner == o))
@@ -131,12 +151,10 @@ impl Table {
     }
 }
 
-static TABLE: EventsLocked<Table> = EventsLocked::new(Table {
-    slots: [NONE; MAX_ENTRIES as usize],
-    entries: 0,
-    bytes: 0,
-    clock: 0,
-});
+/// The watch-pin cache of `T`s: its table under the global lock.
+pub(crate) struct WatchCache<T> {
+    table: EventsLocked<Table<T>>,
+}
 
 /// Reads and checks `watch_cache` and `watch_cache_mib` at load; `EINVAL`
 /// (logged) if out of range.
@@ -169,132 +187,143 @@ pub(crate) fn enabled() -> bool {
     LIMIT_ENTRIES.load(Ordering::Relaxed) != 0
 }
 
-/// Takes the entry of `[addr, addr + len)` of the caller's address space,
-/// if there is one; it is the caller's then (its `parked` mark still set).
-pub(crate) fn take(addr: u64, len: u64) -> Option<Arc<Registration>> {
-    if !enabled() {
-        return None;
-    }
-    let mm = mm::current_key();
-    if mm == 0 {
-        return None;
-    }
-    let mut t = TABLE.lock();
-    let i = t.find(mm, addr, len)?;
-    t.take_slot(i)
-}
-
-/// Takes `reg`'s entry out, if it is still in the table.
-pub(crate) fn remove(reg: &Registration) -> Option<Arc<Registration>> {
-    let mut t = TABLE.lock();
-    let i = t.slots.iter().position(|s| {
-        s.as_ref()
-            .is_some_and(|e| core::ptr::eq::<Registration>(&*e.reg, reg))
-    })?;
-    t.take_slot(i)
-}
-
-/// Makes room for an entry of `bytes`: drops the caller's oldest entries
-/// until it fits (another process's cannot be given back here). `false`
-/// if it does not fit.
-fn make_room(bytes: u64) -> bool {
-    if bytes > LIMIT_BYTES.load(Ordering::Relaxed) {
-        return false;
-    }
-    let me = ThreadGroup::current();
-    loop {
-        let victim = {
-            let mut t = TABLE.lock();
-            if t.fits(bytes) {
-                return true;
-            }
-            t.take_oldest(me)
-        };
-        match victim {
-            // Outside the lock: puts the watch pin.
-            Some(v) => registration::drop_parked(v),
-            None => return false,
+impl<T: Parkable> WatchCache<T> {
+    /// An empty cache (for the one `static` of its user).
+    pub(crate) const fn new() -> Self {
+        Self {
+            table: EventsLocked::new(Table {
+                slots: [const { None }; MAX_ENTRIES as usize],
+                entries: 0,
+                bytes: 0,
+                clock: 0,
+            }),
         }
     }
-}
 
-/// Inserts `reg` (called by [`registration::park`] under `reg`'s lock,
-/// which it takes before this lock). `false`: no room (another thread
-/// parked meanwhile); nothing inserted.
-pub(super) fn insert(reg: &Arc<Registration>, mm: usize, addr: u64, len: u64, bytes: u64) -> bool {
-    let mut t = TABLE.lock();
-    // One entry per range and address space (two registrations of it at
-    // once: the second to go is not kept).
-    if t.find(mm, addr, len).is_some() || !t.fits(bytes) {
-        return false;
+    /// Takes the entry of `[addr, addr + len)` of the caller's address space,
+    /// if there is one; it is the caller's then (its `parked` mark still set).
+    pub(crate) fn take(&self, addr: u64, len: u64) -> Option<Arc<T>> {
+        if !enabled() {
+            return None;
+        }
+        let mm = mm::current_key();
+        if mm == 0 {
+            return None;
+        }
+        let mut t = self.table.lock();
+        let i = t.find(mm, addr, len)?;
+        t.take_slot(i)
     }
-    let Some(i) = t.slots.iter().position(|s| s.is_none()) else {
-        return false;
-    };
-    let stamp = t.clock;
-    t.clock += 1;
-    t.slots[i] = Some(Entry {
-        mm,
-        owner: ThreadGroup::current(),
-        addr,
-        len,
-        bytes,
-        stamp,
-        reg: reg.clone(),
-    });
-    t.entries += 1;
-    t.bytes += bytes;
-    true
-}
 
-/// `release` of a registration that may be parked: parks it (making room
-/// first), or puts its watch pin as before.
-pub(crate) fn park_or_drop(reg: Arc<Registration>) {
-    // Room is made (older entries put) only for one that can be parked.
-    if registration::may_be_parked(&reg)
-        && make_room(registration::parked_bytes(&reg))
-        && registration::park(&reg)
-    {
-        return;
+    /// Takes `reg`'s entry out, if it is still in the table.
+    pub(crate) fn remove(&self, reg: &T) -> Option<Arc<T>> {
+        let mut t = self.table.lock();
+        let i = t
+            .slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|e| core::ptr::eq::<T>(&*e.reg, reg)))?;
+        t.take_slot(i)
     }
-    registration::drop_unparked(reg);
-}
 
-/// Drops the entries of `owner` (every entry for `None`); returns how many.
-fn drain_of(owner: Option<ThreadGroup>) -> u32 {
-    let mut n = 0;
-    loop {
-        // The guard goes at the end of this statement: never held below.
-        let reg = TABLE.lock().take_any(owner);
-        let Some(reg) = reg else {
-            return n;
+    /// Makes room for an entry of `bytes`: drops the caller's oldest entries
+    /// until it fits (another process's cannot be given back here). `false`
+    /// if it does not fit.
+    fn make_room(&self, bytes: u64) -> bool {
+        if bytes > LIMIT_BYTES.load(Ordering::Relaxed) {
+            return false;
+        }
+        let me = ThreadGroup::current();
+        loop {
+            let victim = {
+                let mut t = self.table.lock();
+                if t.fits(bytes) {
+                    return true;
+                }
+                t.take_oldest(me)
+            };
+            match victim {
+                // Outside the lock: puts the watch pin.
+                Some(v) => T::drop_parked(v),
+                None => return false,
+            }
+        }
+    }
+
+    /// Inserts `reg` (called by [`Parkable::park`] under `reg`'s lock,
+    /// which it takes before this lock). `false`: no room (another thread
+    /// parked meanwhile); nothing inserted.
+    pub(crate) fn insert(&self, reg: &Arc<T>, mm: usize, addr: u64, len: u64, bytes: u64) -> bool {
+        let mut t = self.table.lock();
+        // One entry per range and address space (two registrations of it at
+        // once: the second to go is not kept).
+        if t.find(mm, addr, len).is_some() || !t.fits(bytes) {
+            return false;
+        }
+        let Some(i) = t.slots.iter().position(|s| s.is_none()) else {
+            return false;
         };
-        registration::drop_parked(reg);
-        n += 1;
+        let stamp = t.clock;
+        t.clock += 1;
+        t.slots[i] = Some(Entry {
+            mm,
+            owner: ThreadGroup::current(),
+            addr,
+            len,
+            bytes,
+            stamp,
+            reg: reg.clone(),
+        });
+        t.entries += 1;
+        t.bytes += bytes;
+        true
     }
-}
 
-/// Drops the caller's entries, their watch pins put; returns how many.
-/// For a pin of the caller's that failed, and the `watch_cache_flush`
-/// debugfs file.
-pub(crate) fn drain_mine() -> u32 {
-    drain_of(Some(ThreadGroup::current()))
-}
+    /// `release` of a registration that may be parked: parks it (making room
+    /// first), or puts its watch pin as before.
+    pub(crate) fn park_or_drop(&self, reg: Arc<T>) {
+        // Room is made (older entries put) only for one that can be parked.
+        if T::may_be_parked(&reg) && self.make_room(T::parked_bytes(&reg)) && T::park(&reg) {
+            return;
+        }
+        T::drop_unparked(reg);
+    }
 
-/// Drops every entry, at unload (after the core released every
-/// registration and the flush file is gone, before the work queue goes):
-/// the caller's watch pins are put, every other process's left to their
-/// free callbacks, which unload then waits for.
-pub(crate) fn drain_all() -> u32 {
-    drain_of(None)
+    /// Drops the entries of `owner` (every entry for `None`); returns how many.
+    fn drain_of(&self, owner: Option<ThreadGroup>) -> u32 {
+        let mut n = 0;
+        loop {
+            // The guard goes at the end of this statement: never held below.
+            let reg = self.table.lock().take_any(owner);
+            let Some(reg) = reg else {
+                return n;
+            };
+            T::drop_parked(reg);
+            n += 1;
+        }
+    }
+
+    /// Drops the caller's entries, their watch pins put; returns how many.
+    /// For a pin of the caller's that failed, and the `watch_cache_flush`
+    /// debugfs file.
+    pub(crate) fn drain_mine(&self) -> u32 {
+        self.drain_of(Some(ThreadGroup::current()))
+    }
+
+    /// Drops every entry, at unload (after the core released every
+    /// registration and the flush file is gone, before the work queue goes):
+    /// the caller's watch pins are put, every other process's left to their
+    /// free callbacks, which unload then waits for.
+    pub(crate) fn drain_all(&self) -> u32 {
+        self.drain_of(None)
+    }
 }
 
 /// The `watch_cache_flush` debugfs file: drops the writer's entries (only
 /// the process that pinned a watch pin can give it back).
-pub(crate) struct Flush;
+pub(crate) struct Flush<T>(PhantomData<T>);
 
-impl Action for Flush {
+impl<T: Parkable> Action for Flush<T> {
     fn run() {
-        drain_mine();
+        T::cache().drain_mine();
     }
 }

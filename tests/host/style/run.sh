@@ -10,7 +10,8 @@
 # rust/peermem.rs) has no
 # raw code (no bindings, extern functions, unsafe impls or unsafe fns), and
 # each of its unsafe blocks (calls of the abstractions' unsafe fns) says
-# under `// SAFETY:` how the obligation is met. Prints TAP.
+# under `// SAFETY:` how the obligation is met; rust/client/'s modules use
+# each other without a cycle (modcycles.py). Prints TAP.
 #
 #   KDIR=<rig kernel tree> tests/host/style/run.sh
 #
@@ -27,7 +28,7 @@ notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
 kdir=${KDIR:-}
 [ -n "$kdir" ] || kdir=$("$PEERMEM_ROOT/scripts/kernel.sh" --print-kdir 2>/dev/null | tail -n 1)
 if [ -z "$kdir" ] || [ ! -f "$kdir/.config" ]; then
-	for t in "rustfmt" "peermem clippy" "gpusim clippy" "layers: kapi" "layers: client"; do notok "$t: no rig kernel tree (KDIR='$kdir'); build it with scripts/kernel.sh"; done
+	for t in "rustfmt" "peermem clippy" "gpusim clippy" "layers: kapi" "layers: client" "layers: cycles"; do notok "$t: no rig kernel tree (KDIR='$kdir'); build it with scripts/kernel.sh"; done
 	exit 1
 fi
 src=$kdir; [ -e "$kdir/source" ] && src=$(readlink -f "$kdir/source")
@@ -91,5 +92,13 @@ if [ -z "$bad$miss" ]; then
 else
 	notok "layers: raw code or unjustified unsafe in the driver:"
 	printf '%s\n%s\n' "$bad" "$miss" | sed '/^$/d; s/^/#   /' | head -n 10
+fi
+# No circle among the driver's modules (docs/architecture.md): the files of
+# rust/client/ (and source/ as one) use each other one way only.
+if cyc=$(python3 "$here/modcycles.py" "$PEERMEM_ROOT/rust/client" 2>&1); then
+	ok "layers: no dependency cycle among rust/client/'s modules ($(grep -c ' -> ' <<<"$cyc") uses)"
+else
+	notok "layers: a dependency cycle among rust/client/'s modules:"
+	grep -E '^cycle|^usage|Error' <<<"$cyc" | sed 's/^/#   /' | head -n 10
 fi
 [ "$fails" = 0 ]
