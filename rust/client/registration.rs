@@ -6,6 +6,7 @@
 use super::events;
 use super::range::GpuRange;
 use super::source::gpu::{self, Keeper, WatchFreed};
+use super::source::pfnwalk::PfnRuns;
 use super::source::{pfn, GiveBack, Source};
 use super::stats::{Stats, STATS, STATS_PFN};
 use super::wcache::{self, Parkable, WatchCache};
@@ -16,7 +17,6 @@ use crate::kapi::mmu_notifier::AddressWatch;
 use crate::kapi::nvidia_p2p::PageTable;
 use crate::kapi::object_count::ObjectCount;
 use crate::kapi::peer_mem::Ticket;
-use crate::kapi::pfnmap::PfnRuns;
 use crate::kapi::print::warn_ratelimited;
 use crate::kapi::scatterlist::{SgTable, SgView};
 use crate::kapi::sync::{new_condvar, new_lock, CondVar, Lock, LockGuard};

@@ -28,6 +28,12 @@ impl PciDev {
     pub(super) fn clone_handle(&self) -> Self {
         Self(self.0)
     }
+
+    /// The device, for PCI queries ([`super::pci::Device`]).
+    pub(crate) fn pci(&self) -> &super::pci::Device {
+        // SAFETY: a live device (type invariant), for as long as `self`.
+        unsafe { super::pci::Device::from_raw(self.0.as_ptr()) }
+    }
 }
 
 /// The DMA device `dma_map` is asked to map for (valid for `'a`, the call).

@@ -28,7 +28,12 @@
 //! | [`device`]       | DMA device, PCI device                    | `kernel::device`, `kernel::pci` |
 //! | [`scatterlist`]  | scatter-gather tables                     | `kernel::scatterlist` (6.18) |
 //! | [`mmu_notifier`] | address-range watches                     | none yet (`mmu_interval_notifier`) |
-//! | [`pfnmap`]       | PFNs of PFN-mapped user memory, their DMA mapping | none (`follow_pfnmap_*`, `dma_map_resource`) |
+//! | [`pfnmap`]       | the caller's mappings under its mmap lock, their PFNs, what a PFN is | `kernel::mm` (6.14; no PFN walk) |
+//! | [`iomem`]        | the firmware's memory map (`/proc/iomem`)  | none (`walk_iomem_res_desc`) |
+//! | [`pci`]          | PCI devices with references, BARs, peer-to-peer reach | `kernel::pci` (no search, no P2P) |
+//! | [`dma`]          | physical runs mapped for DMA (`dma_map_resource`) | none |
+//! | [`kvmem`]        | arrays charged to the caller's memory cgroup | `kernel::alloc::KVVec` (6.13) |
+//! | [`sched`]        | `cond_resched`, fatal signals               | none |
 //! | [`debugfs`]      | counter and knob files                    | `kernel::debugfs` (6.18) |
 //! | [`procfs`]       | a read-only `/proc` file (`seq_file`)      | none |
 //! | [`object_count`] | live objects module unload waits for      | none |
@@ -47,18 +52,23 @@ pub(crate) mod cbref;
 pub(crate) mod debugfs;
 pub(crate) mod delay;
 pub(crate) mod device;
+pub(crate) mod dma;
 pub(crate) mod global_lock;
+pub(crate) mod iomem;
+pub(crate) mod kvmem;
 pub(crate) mod miscdev;
 pub(crate) mod mm;
 pub(crate) mod mmu_notifier;
 pub(crate) mod module_param;
 pub(crate) mod nvidia_p2p;
 pub(crate) mod object_count;
+pub(crate) mod pci;
 pub(crate) mod peer_mem;
 pub(crate) mod pfnmap;
 pub(crate) mod print;
 pub(crate) mod procfs;
 pub(crate) mod scatterlist;
+pub(crate) mod sched;
 pub(crate) mod sync;
 pub(crate) mod task;
 pub(crate) mod uapi;

@@ -10,7 +10,7 @@
 //! - [`gpu`]: GPU memory, pinned through `nvidia_p2p_get_pages*` (a page
 //!   table, with a free callback and, for `nv_mem`, a keeper pin).
 //! - [`pfn`]: PFN-mapped memory the kernel does not manage, resolved to
-//!   physical runs by a walk of the range; nothing is held.
+//!   physical runs by a walk of the range ([`pfnwalk`]); nothing is held.
 //!
 //! [`Source`] names a registration's source (its counters, its page size);
 //! [`Pages`] are the pages a registration holds, [`Mapped`] those pages
@@ -21,14 +21,15 @@
 
 pub(super) mod gpu;
 pub(super) mod pfn;
+pub(super) mod pfnwalk;
 
 use super::stats::{Stats, STATS_PFN};
 use super::Kind;
 use crate::kapi::device::PciDev;
 use crate::kapi::nvidia_p2p::{FreeCallback, MappedTable, PageTable};
-use crate::kapi::pfnmap::{PfnMapping, PfnRuns};
 use crate::kapi::scatterlist::SgTable;
 use kernel::prelude::*;
+use pfnwalk::{PfnMapping, PfnRuns};
 
 /// Where a registration's memory comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,8 @@
 //! object and starts and stops its watch; this module says whether the
 //! source serves a range ([`serves`], [`new_watch`], [`probe`]), reads
 //! and checks its runs ([`resolve`], [`check_access`]) and maps them
-//! ([`dma_map`]). `acquire` (under
+//! ([`dma_map`]), counting and reporting; the walk, what memory is served
+//! and how a BAR is mapped are [`super::pfnwalk`]'s. `acquire` (under
 //! the core's global client lock) only looks at the range's mappings and
 //! first page; `get_pages` (under the umem's own lock) walks every page
 //! ([`resolve`]). No reference on
@@ -31,9 +32,10 @@
 use super::super::range::{coalesce_extents, GpuRange, SegmentLimits};
 use super::super::stats::{Stats, STATS_PFN, STATS_PFN_BAR, STATS_PFN_WALK};
 use super::super::Kind;
+use super::pfnwalk::{self, PfnMapping, PfnRuns, Refusal, Unresolved, Walk};
 use crate::kapi::device::PciDev;
 use crate::kapi::mmu_notifier::{AddressChange, AddressWatch};
-use crate::kapi::pfnmap::{self, PfnMapping, PfnRuns, Refusal, Unresolved};
+use crate::kapi::pfnmap;
 use crate::kapi::print::warn_ratelimited;
 use crate::kapi::scatterlist::SgTable;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -140,11 +142,11 @@ fn span(range: &GpuRange) -> (u64, u64) {
 }
 
 // The message of a range over the limit names it.
-const _: () = assert!(pfnmap::MAX_RUNS == 262_144);
+const _: () = assert!(pfnwalk::MAX_RUNS == 262_144);
 
 /// `get_pages` of a PFN registration `acquire` claimed: walks the range
 /// (every page's PFN, classified per physical run; yields between pages,
-/// stops for a fatal signal, at most [`pfnmap::MAX_RUNS`] runs) and
+/// stops for a fatal signal, at most [`pfnwalk::MAX_RUNS`] runs) and
 /// hands the runs to `install`, with a check whether the range changed
 /// since the walk began (`watch`'s `mmu_interval_read_retry`), to call
 /// under the lock the address-change path takes; `install` says whether
@@ -166,7 +168,7 @@ pub(in crate::client) fn resolve<T: AddressChange>(
     let Some(seq) = w.read_begin() else {
         return Err(EFAULT);
     };
-    let mut walk = pfnmap::new_walk(super::super::inject::DELAY_PFN_WALK_MS.ms());
+    let mut walk = Walk::new(super::super::inject::DELAY_PFN_WALK_MS.ms());
     walk_stats.walks_started.inc();
     let resolved = PfnRuns::resolve(start, end - start, &mut walk);
     walk_stats.walk_pages.add(walk.pages);
