@@ -56,6 +56,14 @@ void peermem_vm_flags_mod(struct vm_area_struct *vma, unsigned long set,
 /* mmgrab(mm), mmdrop(mm). */
 void peermem_mmgrab(struct mm_struct *mm);
 void peermem_mmdrop(struct mm_struct *mm);
+/*
+ * current->mm, current->flags. Not read from Rust: bindgen's struct
+ * task_struct (kernel::bindings) has mm at 936 where C has it at 984 on
+ * the rig's 7.3 debug kernel (its size 5184 for 5248), so its field
+ * offsets cannot be trusted.
+ */
+struct mm_struct *peermem_current_mm(void);
+unsigned int peermem_current_flags(void);
 /* from_kuid_munged(&init_user_ns, current_uid()). */
 u32 peermem_current_uid(void);
 

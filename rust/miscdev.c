@@ -61,6 +61,16 @@ void peermem_mmdrop(struct mm_struct *mm)
 	mmdrop(mm);
 }
 
+struct mm_struct *peermem_current_mm(void)
+{
+	return current->mm;
+}
+
+unsigned int peermem_current_flags(void)
+{
+	return current->flags;
+}
+
 u32 peermem_current_uid(void)
 {
 	return from_kuid_munged(&init_user_ns, current_uid());

@@ -67,13 +67,12 @@ impl Drop for MmRef {
 /// Whether the caller is a kernel thread, and its `mm` (a kernel thread
 /// may have borrowed a user address space: not its own).
 fn current_mm() -> (bool, *mut kernel::bindings::mm_struct) {
-    // SAFETY: the caller's task is live while it runs; only it changes its
-    // own `mm` (a kernel thread's, through kthread_use_mm) and `flags`.
+    // SAFETY: FFI calls without preconditions (they read the caller's
+    // own task).
     unsafe {
-        let task = kernel::bindings::get_current();
         (
-            (*task).flags & kernel::bindings::PF_KTHREAD != 0,
-            (*task).mm,
+            raw::peermem_current_flags() & kernel::bindings::PF_KTHREAD != 0,
+            raw::peermem_current_mm(),
         )
     }
 }
