@@ -24,17 +24,19 @@ pub(crate) trait GlobalLock {
     unsafe fn unlock();
 }
 
-/// The event lock (`peermem_events_lock`): the event queues, the watch cache.
+/// The event lock (`peermem_events_spinlock`, a `DEFINE_SPINLOCK` in
+/// `rust/miscdev.c`): the event queues, the watch cache.
 pub(crate) struct EventsLock;
 
 impl GlobalLock for EventsLock {
     fn lock() {
-        // SAFETY: FFI call without preconditions.
-        unsafe { raw::peermem_events_lock() };
+        // SAFETY: a spinlock initialised at compile time (DEFINE_SPINLOCK),
+        // accessed only through the kernel's lock functions.
+        unsafe { kernel::bindings::spin_lock(&raw mut raw::peermem_events_spinlock) };
     }
     unsafe fn unlock() {
         // SAFETY: held by this thread (the caller's guarantee).
-        unsafe { raw::peermem_events_unlock() };
+        unsafe { kernel::bindings::spin_unlock(&raw mut raw::peermem_events_spinlock) };
     }
 }
 
@@ -53,7 +55,7 @@ impl GlobalLock for CbrefsLock {
 }
 
 /// A `T` guarded by one of the C glue's spinlocks, `L` (by default the
-/// event spinlock, `peermem_events_lock`). Every `EventsLocked` with the
+/// event spinlock, `peermem_events_spinlock`). Every `EventsLocked` with the
 /// same `L` shares that one lock: never hold two guards of it at once (the
 /// second would spin forever). Never sleep holding one.
 ///

@@ -3,9 +3,10 @@
 //! Address spaces as keys ([`MmRef`]) and a page shared read-only with user
 //! space ([`SharedPage`]). Upstream counterparts: `kernel::mm::MmWithUser`
 //! / `mmgrab` (6.14), `kernel::page::Page` (whose API differs between
-//! 6.12 and 7.x); the C glue (`rust/miscdev.c`) does the calls.
+//! 6.12 and 7.x); `rust/miscdev.c` wraps the static inline `mmgrab`,
+//! `mmdrop` and `virt_to_page` and the macros of `current_uid`.
 
-use super::raw;
+use super::{c_ulong, raw};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::error::{code, Result};
@@ -17,7 +18,7 @@ use kernel::error::{code, Result};
 ///
 /// # Invariants
 ///
-/// `mm` holds a reference from `peermem_mm_grab_current`, dropped only by `drop`.
+/// `mm` holds a reference from `mmgrab`, dropped only by `drop`.
 pub(crate) struct MmRef {
     mm: NonNull<kernel::bindings::mm_struct>,
 }
@@ -30,10 +31,15 @@ unsafe impl Sync for MmRef {}
 impl MmRef {
     /// The caller's address space; `None` in a kernel thread.
     pub(crate) fn current() -> Option<Self> {
-        // SAFETY: FFI call without preconditions.
-        let mm = unsafe { raw::peermem_mm_grab_current() };
-        // INVARIANT: a reference from `peermem_mm_grab_current`.
-        NonNull::new(mm).map(|mm| Self { mm })
+        let (kthread, mm) = current_mm();
+        if kthread {
+            return None;
+        }
+        let mm = NonNull::new(mm)?;
+        // SAFETY: the caller's own mm, live while it runs.
+        unsafe { raw::peermem_mmgrab(mm.as_ptr()) };
+        // INVARIANT: a reference from `mmgrab`.
+        Some(Self { mm })
     }
 
     /// A key for the address space: two live `MmRef`s have the same key
@@ -46,15 +52,28 @@ impl MmRef {
 
     /// Whether the caller runs in this address space.
     pub(crate) fn is_current(&self) -> bool {
-        // SAFETY: only compares the pointer with the caller's mm.
-        unsafe { raw::peermem_mm_is_current(self.mm.as_ptr()) }
+        let (kthread, mm) = current_mm();
+        !kthread && mm == self.mm.as_ptr()
     }
 }
 
 impl Drop for MmRef {
     fn drop(&mut self) {
         // SAFETY: our reference (type invariant), dropped once.
-        unsafe { raw::peermem_mm_drop(self.mm.as_ptr()) };
+        unsafe { raw::peermem_mmdrop(self.mm.as_ptr()) };
+    }
+}
+
+/// Whether the caller is a kernel thread, and its `mm` (a kernel thread
+/// may have borrowed a user address space: not its own).
+fn current_mm() -> (bool, *mut kernel::bindings::mm_struct) {
+    // SAFETY: FFI calls without preconditions (they read the caller's
+    // own task).
+    unsafe {
+        (
+            raw::peermem_current_flags() & kernel::bindings::PF_KTHREAD != 0,
+            raw::peermem_current_mm(),
+        )
     }
 }
 
@@ -81,7 +100,7 @@ pub(crate) fn current_uid() -> u32 {
 ///
 /// # Invariants
 ///
-/// `addr` is the kernel address of a page from `peermem_page_zalloc`,
+/// `addr` is the kernel address of a page from `get_zeroed_page`,
 /// freed only by `drop`; written only through the atomic stores below.
 pub(crate) struct SharedPage {
     addr: NonNull<u8>,
@@ -99,9 +118,9 @@ impl SharedPage {
     /// A zeroed page, charged to the caller's memory cgroup; `ENOMEM` if none.
     pub(crate) fn new() -> Result<Self> {
         // SAFETY: FFI call without preconditions.
-        let p = unsafe { raw::peermem_page_zalloc() };
-        // INVARIANT: from `peermem_page_zalloc`.
-        NonNull::new(p.cast::<u8>())
+        let addr = unsafe { raw::peermem_get_zeroed_page(kernel::bindings::GFP_KERNEL_ACCOUNT) };
+        // INVARIANT: from `get_zeroed_page`.
+        NonNull::new(addr as *mut u8)
             .map(|addr| Self { addr })
             .ok_or(code::ENOMEM)
     }
@@ -135,6 +154,6 @@ impl SharedPage {
 impl Drop for SharedPage {
     fn drop(&mut self) {
         // SAFETY: ours (type invariant), freed once; mappings keep theirs.
-        unsafe { raw::peermem_page_free(self.addr.as_ptr().cast()) };
+        unsafe { kernel::bindings::free_pages(self.addr.as_ptr() as c_ulong, 0) };
     }
 }

@@ -52,25 +52,28 @@ pub(crate) mod cause {
 /// The device's name (`/dev/peermem`).
 pub(crate) const DEVICE_NAME: &core::ffi::CStr = c"peermem";
 
-/// The event channel's module parameters (declared in `rust/miscdev.c`).
+/// The event channel's module parameters (`module_param_named` in `rust/miscdev.c`).
 pub(crate) mod params {
     use super::raw;
 
     /// `events`: create the device.
     pub(crate) fn events() -> bool {
-        // SAFETY: FFI call without preconditions.
-        unsafe { raw::peermem_param_events() }
+        // SAFETY: the module loader sets it before init; nothing writes
+        // it after (mode 0444).
+        unsafe { raw::peermem_param_events }
     }
 
     /// `event_queue_len`, unchecked.
     pub(crate) fn event_queue_len() -> u32 {
-        // SAFETY: FFI call without preconditions.
-        unsafe { raw::peermem_param_event_queue_len() }
+        // SAFETY: the module loader sets it before init; nothing writes
+        // it after (mode 0444).
+        unsafe { raw::peermem_param_event_queue_len }
     }
 
     /// `event_files_per_user`, unchecked.
     pub(crate) fn event_files_per_user() -> u32 {
-        // SAFETY: FFI call without preconditions.
-        unsafe { raw::peermem_param_event_files_per_user() }
+        // SAFETY: the module loader sets it before init; nothing writes
+        // it after (mode 0444).
+        unsafe { raw::peermem_param_event_files_per_user }
     }
 }
