@@ -18,6 +18,8 @@
 #define PEERMEM_INCLUDE_PEERMEM_FFI_H
 
 #include <linux/types.h>
+#include <linux/completion.h>
+#include <linux/workqueue.h>
 
 #include "peer_mem_abi.h"
 #include "nv_p2p_abi.h"
@@ -119,149 +121,32 @@ void peermem_report_not_pci(struct device *dev);
 /* pr_warn_ratelimited("peermem: %s\n", msg). */
 void peermem_warn_ratelimited(const char *msg);
 
-/* ---- Registration objects alive (module unload waits for none) */
-
-void peermem_objects_inc(void);
-void peermem_objects_dec(void);
-/*
- * Sleep until no registration object is alive (a free callback may still
- * be finishing after the core released everything); every 10 s say how
- * many are left.
- */
-void peermem_objects_wait(void);
-
-/* ---- Deferred calls: one work item per owner, on peermem's work queue */
+/* ---- Waits and work items (one-line wrappers of macros and inlines) */
 
 /*
- * A work item an owner embeds (by pointer) to run fn(ref) later, in process
- * context with no lock held, on the work queue peermem_watch_setup() made.
- * Queued at most once in its life (rust/kapi/work.rs sees to it).
- * Queueing never sleeps, never allocates: callable from a GPU driver's
- * free callback under its locks.
+ * wait_var_event_timeout(var, !*var, secs * HZ): sleep until *var is 0
+ * (woken by wake_up_var(var)); false if secs passed first.
  */
-struct peermem_work;
-typedef void (*peermem_work_fn_t)(const void *ref);
-/* A new work item that will call fn; NULL if out of memory. */
-struct peermem_work *peermem_work_alloc(peermem_work_fn_t fn);
-/*
- * Queues w, never queued before (the Rust owner keeps it to once), to call
- * fn(ref) (ref: a reference the call consumes). The work queue must exist
- * until the call ran: it is torn down at unload only after every owner was
- * released (see peermem_watch_teardown()).
- */
-void peermem_work_queue(struct peermem_work *w, const void *ref);
-/* Frees w: never queued, or its call has begun (it may free w itself). */
-void peermem_work_free(struct peermem_work *w);
+bool peermem_wait_var_zero(int *var, unsigned int secs);
+/* alloc_workqueue("%s", flags, 0, name) (a macro from 6.10 on). */
+struct workqueue_struct *peermem_alloc_workqueue(const char *name, unsigned int flags);
+/* INIT_WORK(work, func). */
+void peermem_init_work(struct work_struct *work, work_func_t func);
+/* init_completion(c). */
+void peermem_init_completion(struct completion *c);
 
-/* ---- Address-space watches: an mmu interval notifier per registration */
+/* ---- Readings for the mmu notifier's policy (rust/kapi/mmu_notifier.rs) */
 
-/*
- * A watch on a registration's address range in the registering process.
- * When the range is unmapped (munmap, mremap moving it, MAP_FIXED over
- * it; not at process exit) it takes a new reference with hold(reg), once
- * per watch, and hands it to changed() from a work item (process context,
- * no lock held). The registration must stay alive from
- * peermem_watch_start() until peermem_watch_stop() has returned: the
- * notifier may call hold(reg) until then.
- */
-struct peermem_watch;
-typedef void (*peermem_watch_changed_t)(const void *ref);
-/*
- * The interval notifier's invalidate(), forwarded as is: the policy (which
- * invalidation revokes, what it is reported as, when a call that may not
- * block goes ahead) is Rust's. range: the struct mmu_notifier_range.
- */
-typedef bool (*peermem_watch_invalidate_t)(struct peermem_watch *w,
-					   const void *range,
-					   unsigned long cur_seq);
-
-/* Once at load, before any watch: the callbacks and the work queue (-ENOMEM). */
-int peermem_watch_setup(peermem_watch_changed_t changed,
-			peermem_watch_invalidate_t invalidate);
-/*
- * Revocation events: how a watch fired. PEERMEM_WATCH_UNMAPPED (munmap,
- * mmap(MAP_FIXED) over the range, any other unmap) or PEERMEM_WATCH_MOVED
- * (the unmapping thread is in mremap); a blocking watch (which fires on
- * every invalidation) also PEERMEM_WATCH_EXITING (the address space is
- * being torn down), PEERMEM_WATCH_PROTECTED (mprotect) and
- * PEERMEM_WATCH_ZAPPED (anything else: the driver that mapped the range
- * zapped it, unmap_mapping_range).
- */
-enum peermem_watch_how {
-	PEERMEM_WATCH_UNMAPPED = 0,
-	PEERMEM_WATCH_MOVED = 1,
-	PEERMEM_WATCH_EXITING = 2,
-	PEERMEM_WATCH_PROTECTED = 3,
-	PEERMEM_WATCH_ZAPPED = 4,
-};
-/* enum mmu_notifier_event's values (helpers.c asserts they are the kernel's). */
-enum peermem_mmu_event {
-	PEERMEM_MMU_UNMAP = 0,
-	PEERMEM_MMU_CLEAR = 1,
-	PEERMEM_MMU_PROTECTION_VMA = 2,
-	PEERMEM_MMU_PROTECTION_PAGE = 3,
-	PEERMEM_MMU_SOFT_DIRTY = 4,
-	PEERMEM_MMU_RELEASE = 5,
-};
 /* System-call numbers of this architecture (native calls). */
 extern const long peermem_nr_mremap;
 extern const long peermem_nr_ioctl;
-/* Readings for the invalidate policy (one-line wrappers of inlines). */
-unsigned int peermem_range_event(const void *range);
-bool peermem_range_mm_alive(const void *range);	/* mm_users != 0 */
-bool peermem_range_blockable(const void *range);
+/* range: a struct mmu_notifier_range. mm_users != 0. */
+bool peermem_range_mm_alive(const void *range);
+/* current->mm == range->mm. */
 bool peermem_range_mm_is_current(const void *range);
 bool peermem_current_kthread(void);
 bool peermem_current_compat(void);	/* in_compat_syscall() */
 long peermem_current_syscall_nr(void);
-/* Watch state for the invalidate policy. */
-bool peermem_watch_is_blocking(struct peermem_watch *w);
-const void *peermem_watch_owner(struct peermem_watch *w);
-void peermem_watch_set_seq(struct peermem_watch *w, unsigned long cur_seq);
-bool peermem_watch_test_and_set_fired(struct peermem_watch *w);
-/* A blocking watch's work item returned (completion_done()). */
-bool peermem_watch_revoke_done(struct peermem_watch *w);
-/* Queue the work item that calls changed(ref). */
-void peermem_watch_queue(struct peermem_watch *w, const void *ref);
-/* Wait until a blocking watch's work item returned. */
-void peermem_watch_wait_revoked(struct peermem_watch *w);
-/* At unload, after every watch was stopped: runs the queued work items. */
-void peermem_watch_teardown(void);
-/*
- * A watch, not started: NULL if out of memory (or without
- * CONFIG_MMU_NOTIFIER). Free it with peermem_watch_free().
- */
-struct peermem_watch *peermem_watch_alloc(void);
-/*
- * Start watching [start, start + len) of the calling process for reg: 0 or
- * -errno (-EBUSY if started already). Start and stop of one watch are
- * serialized (the watch's mutex), so they may be called concurrently.
- */
-int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64 len);
-/*
- * Stop watching; sleeps until no notifier call for it runs. Idempotent.
- * A work item already queued still runs (it holds its own reference).
- */
-void peermem_watch_stop(struct peermem_watch *w);
-/* Stop and free. The queued work item, if any, must have run. */
-void peermem_watch_free(struct peermem_watch *w);
-/*
- * PFN-map source: make w a blocking watch (before peermem_watch_start):
- * it fires on every invalidation of its range, also at process exit, and
- * the notifier call returns only after changed() returned (rust/helpers.c).
- */
-void peermem_watch_set_blocking(struct peermem_watch *w);
-/*
- * mmu_interval_read_begin() on a started watch: false if it is not
- * started. peermem_watch_read_retry(): mmu_interval_read_retry().
- */
-bool peermem_watch_read_begin(struct peermem_watch *w, unsigned long *seq);
-bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq);
-/*
- * Whether the watch has fired (its work item was queued; once per watch).
- * Set by the notifier before the unmapping call returns to the process.
- */
-bool peermem_watch_has_fired(struct peermem_watch *w);
 
 /* ---- Free-callback references (rust/kapi/cbref.rs): the registry's spinlock */
 

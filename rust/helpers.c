@@ -197,215 +197,36 @@ void peermem_warn_ratelimited(const char *msg)
 	pr_warn_ratelimited("%s\n", msg);
 }
 
-/* ---- Registration objects alive */
+/* ---- Waits and work items: macros and inlines (rust/kapi/object_count.rs, work.rs) */
 
-static atomic_t peermem_objects = ATOMIC_INIT(0);
-
-void peermem_objects_inc(void)
+bool peermem_wait_var_zero(int *var, unsigned int secs)
 {
-	atomic_inc(&peermem_objects);
+	return wait_var_event_timeout(var, !READ_ONCE(*var), secs * HZ);
 }
 
-void peermem_objects_dec(void)
+struct workqueue_struct *peermem_alloc_workqueue(const char *name, unsigned int flags)
 {
-	if (atomic_dec_and_test(&peermem_objects))
-		wake_up_var(&peermem_objects);
+	return alloc_workqueue("%s", flags, 0, name);
 }
 
-void peermem_objects_wait(void)
+void peermem_init_work(struct work_struct *work, work_func_t func)
 {
-	while (!wait_var_event_timeout(&peermem_objects,
-				       !atomic_read(&peermem_objects), 10 * HZ))
-		pr_info("unloading: waiting for %d registration object(s) still referenced by GPU free callbacks in flight\n",
-			atomic_read(&peermem_objects));
+	INIT_WORK(work, func);
 }
 
-/* ---- Address-space watches (mmu interval notifiers) */
-
-enum {
-	PEERMEM_WATCH_INSERTED,	/* the notifier is in the mm's interval tree */
-	PEERMEM_WATCH_FIRED,	/* the work item was queued (once per watch) */
-};
-
-struct peermem_watch {
-	struct mutex lock;	/* serializes start and stop */
-	struct mmu_interval_notifier mni;
-	struct work_struct work;
-	const void *reg;	/* borrowed: alive while INSERTED (see the header) */
-	const void *work_ref;	/* the work item's reference, from hold() */
-	unsigned long flags;
-	/* PFN-map source: see peermem_watch_set_blocking() (below). */
-	bool blocking;
-	struct completion revoked;	/* blocking: changed() returned */
-};
-
-static struct workqueue_struct *peermem_wq;
-static peermem_watch_changed_t peermem_watch_changed;
-static peermem_watch_invalidate_t peermem_watch_invalidate_rs;
-
-int peermem_watch_setup(peermem_watch_changed_t changed,
-			peermem_watch_invalidate_t invalidate)
+void peermem_init_completion(struct completion *c)
 {
-	peermem_watch_changed = changed;
-	peermem_watch_invalidate_rs = invalidate;
-	/*
-	 * WQ_MEM_RECLAIM: a blocking PFN invalidation (munmap, an exporter's
-	 * zap, which reclaim can cause) waits for its work item holding the
-	 * mmap lock; a rescuer thread runs it when no new worker can be made.
-	 */
-	peermem_wq = alloc_workqueue("peermem", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
-	return peermem_wq ? 0 : -ENOMEM;
+	init_completion(c);
 }
 
-void peermem_watch_teardown(void)
-{
-	/* Runs every queued work item first. */
-	if (peermem_wq)
-		destroy_workqueue(peermem_wq);
-	peermem_wq = NULL;
-}
+/* ---- Readings for the notifier's policy (rust/kapi/mmu_notifier.rs) */
 
-/* ---- Deferred calls (peermem_work_*, see peermem_ffi.h) */
-
-struct peermem_work {
-	struct work_struct work;
-	peermem_work_fn_t fn;
-	const void *ref;	/* the call's reference, set when queued */
-};
-
-static void peermem_work_run(struct work_struct *work)
-{
-	struct peermem_work *w = container_of(work, struct peermem_work, work);
-
-	/* Consumes the reference; may free w (allowed in a work function). */
-	w->fn(w->ref);
-}
-
-struct peermem_work *peermem_work_alloc(peermem_work_fn_t fn)
-{
-	struct peermem_work *w = kzalloc(sizeof(*w), GFP_KERNEL);
-
-	if (!w)
-		return NULL;
-	INIT_WORK(&w->work, peermem_work_run);
-	w->fn = fn;
-	return w;
-}
-
-void peermem_work_queue(struct peermem_work *w, const void *ref)
-{
-	w->ref = ref;
-	queue_work(peermem_wq, &w->work);
-}
-
-void peermem_work_free(struct peermem_work *w)
-{
-	kfree(w);
-}
-
-#ifdef CONFIG_MMU_NOTIFIER
-static void peermem_watch_work(struct work_struct *work)
-{
-	struct peermem_watch *w = container_of(work, struct peermem_watch, work);
-	bool blocking = w->blocking;
-
-	/* Consumes the reference; may free w (allowed in a work function). */
-	peermem_watch_changed(w->work_ref);
-	/*
-	 * A blocking watch's notifier call waits for this, so the watch is
-	 * still inserted and its owner alive (rust/kapi/mmu_notifier.rs).
-	 */
-	if (blocking)
-		complete_all(&w->revoked);
-}
-
-/*
- * The notifier's policy (which invalidation revokes, what it is reported
- * as, when a call that may not block goes ahead) is Rust's
- * (rust/kapi/mmu_notifier.rs); this forwards the call.
- */
-static bool peermem_watch_invalidate(struct mmu_interval_notifier *mni,
-				     const struct mmu_notifier_range *range,
-				     unsigned long cur_seq)
-{
-	return peermem_watch_invalidate_rs(container_of(mni, struct peermem_watch, mni),
-					   range, cur_seq);
-}
-
-static const struct mmu_interval_notifier_ops peermem_watch_ops = {
-	.invalidate = peermem_watch_invalidate,
-};
-
-bool peermem_watch_has_fired(struct peermem_watch *w)
-{
-	return test_bit(PEERMEM_WATCH_FIRED, &w->flags);
-}
-
-struct peermem_watch *peermem_watch_alloc(void)
-{
-	struct peermem_watch *w = kzalloc(sizeof(*w), GFP_KERNEL);
-
-	if (!w)
-		return NULL;
-	INIT_WORK(&w->work, peermem_watch_work);
-	mutex_init(&w->lock);
-	init_completion(&w->revoked);
-	return w;
-}
-
-int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64 len)
-{
-	int ret;
-
-	if (!current->mm)
-		return -EINVAL;
-	mutex_lock(&w->lock);
-	if (test_bit(PEERMEM_WATCH_INSERTED, &w->flags)) {
-		ret = -EBUSY;
-	} else {
-		w->reg = reg;
-		ret = mmu_interval_notifier_insert(&w->mni, current->mm, start,
-						   len, &peermem_watch_ops);
-		if (!ret)
-			set_bit(PEERMEM_WATCH_INSERTED, &w->flags);
-	}
-	mutex_unlock(&w->lock);
-	return ret;
-}
-
-void peermem_watch_stop(struct peermem_watch *w)
-{
-	/* Held across the removal: a concurrent stop returns after it too. */
-	mutex_lock(&w->lock);
-	if (test_and_clear_bit(PEERMEM_WATCH_INSERTED, &w->flags))
-		mmu_interval_notifier_remove(&w->mni);
-	mutex_unlock(&w->lock);
-}
-
-/* ---- Accessors for the notifier's policy (in Rust) */
-
-static_assert((int)PEERMEM_MMU_UNMAP == (int)MMU_NOTIFY_UNMAP);
-static_assert((int)PEERMEM_MMU_CLEAR == (int)MMU_NOTIFY_CLEAR);
-static_assert((int)PEERMEM_MMU_PROTECTION_VMA == (int)MMU_NOTIFY_PROTECTION_VMA);
-static_assert((int)PEERMEM_MMU_PROTECTION_PAGE == (int)MMU_NOTIFY_PROTECTION_PAGE);
-static_assert((int)PEERMEM_MMU_SOFT_DIRTY == (int)MMU_NOTIFY_SOFT_DIRTY);
-static_assert((int)PEERMEM_MMU_RELEASE == (int)MMU_NOTIFY_RELEASE);
 const long peermem_nr_mremap = __NR_mremap;
 const long peermem_nr_ioctl = __NR_ioctl;
-
-unsigned int peermem_range_event(const void *range)
-{
-	return ((const struct mmu_notifier_range *)range)->event;
-}
 
 bool peermem_range_mm_alive(const void *range)
 {
 	return atomic_read(&((const struct mmu_notifier_range *)range)->mm->mm_users);
-}
-
-bool peermem_range_blockable(const void *range)
-{
-	return mmu_notifier_range_blockable(range);
 }
 
 bool peermem_range_mm_is_current(const void *range)
@@ -426,107 +247,6 @@ bool peermem_current_compat(void)
 long peermem_current_syscall_nr(void)
 {
 	return syscall_get_nr(current, task_pt_regs(current));
-}
-
-bool peermem_watch_is_blocking(struct peermem_watch *w)
-{
-	return READ_ONCE(w->blocking);
-}
-
-const void *peermem_watch_owner(struct peermem_watch *w)
-{
-	return w->reg;
-}
-
-void peermem_watch_set_seq(struct peermem_watch *w, unsigned long cur_seq)
-{
-	mmu_interval_set_seq(&w->mni, cur_seq);
-}
-
-bool peermem_watch_test_and_set_fired(struct peermem_watch *w)
-{
-	return test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags);
-}
-
-bool peermem_watch_revoke_done(struct peermem_watch *w)
-{
-	return completion_done(&w->revoked);
-}
-
-void peermem_watch_queue(struct peermem_watch *w, const void *ref)
-{
-	w->work_ref = ref;
-	queue_work(peermem_wq, &w->work);
-}
-
-void peermem_watch_wait_revoked(struct peermem_watch *w)
-{
-	wait_for_completion(&w->revoked);
-}
-
-void peermem_watch_set_blocking(struct peermem_watch *w)
-{
-	mutex_lock(&w->lock);
-	WRITE_ONCE(w->blocking, true);
-	mutex_unlock(&w->lock);
-}
-
-bool peermem_watch_read_begin(struct peermem_watch *w, unsigned long *seq)
-{
-	bool ok;
-
-	mutex_lock(&w->lock);
-	ok = test_bit(PEERMEM_WATCH_INSERTED, &w->flags);
-	if (ok)
-		*seq = mmu_interval_read_begin(&w->mni);
-	mutex_unlock(&w->lock);
-	return ok;
-}
-
-bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq)
-{
-	return mmu_interval_read_retry(&w->mni, seq);
-}
-#else
-bool peermem_watch_has_fired(struct peermem_watch *w)
-{
-	return test_bit(PEERMEM_WATCH_FIRED, &w->flags);
-}
-
-struct peermem_watch *peermem_watch_alloc(void)
-{
-	return NULL;
-}
-
-int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64 len)
-{
-	return -EOPNOTSUPP;
-}
-
-void peermem_watch_stop(struct peermem_watch *w)
-{
-}
-
-void peermem_watch_set_blocking(struct peermem_watch *w)
-{
-}
-
-bool peermem_watch_read_begin(struct peermem_watch *w, unsigned long *seq)
-{
-	return false;
-}
-
-bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq)
-{
-	return true;
-}
-#endif
-
-void peermem_watch_free(struct peermem_watch *w)
-{
-	peermem_watch_stop(w);
-	mutex_destroy(&w->lock);
-	kfree(w);
 }
 
 /* ---- Free-callback references: the registry's lock (rust/kapi/cbref.rs) */
