@@ -9,16 +9,20 @@
  * device, u64, ...) resolve to the kernel crate's `kernel::bindings`.
  *
  * The helpers declared below live in rust/helpers.c, a C object linked
- * into the same module: module parameters, debugfs, scatterlists, DMA
- * device queries and static inlines, i.e. the kernel interfaces whose Rust
- * abstractions differ between the kernels we support (6.12 LTS and 7.x)
- * or do not exist on some of them.
+ * into the same module: module parameter variables and one-line wrappers
+ * of static inline functions and macros, which have no symbol Rust could
+ * call. Exported kernel functions that 6.12's kernel::bindings lacks are
+ * named on `bindgen-kernel:` lines (scripts/bindgen.sh) and called from
+ * Rust directly.
  */
 #ifndef PEERMEM_INCLUDE_PEERMEM_FFI_H
 #define PEERMEM_INCLUDE_PEERMEM_FFI_H
 
 #include <linux/types.h>
 #include <linux/completion.h>
+#include <linux/debugfs.h>
+#include <linux/delay.h>
+#include <linux/fs.h>
 #include <linux/workqueue.h>
 
 #include "peer_mem_abi.h"
@@ -40,36 +44,28 @@
 #define PEERMEM_BUILD_LEN 64
 extern const char peermem_build[PEERMEM_BUILD_LEN];
 
-/* ---- Module parameters (read-only once the module is loaded) */
-
 /*
- * The peer_name parameter: a buffer of IB_PEER_MEMORY_NAME_MAX bytes
- * holding a NUL-terminated string. The module loader has stored it before
- * module init runs and nothing changes it afterwards (0444), so the pointer
- * is valid and the contents stable until the module unloads.
+ * ---- Module parameters (rust/helpers.c defines them; read-only once the
+ * module is loaded: the loader stores them before module init, and every
+ * one is 0444, so nothing writes them afterwards).
  */
-const char *peermem_param_peer_name(void);
 
-/* nvidia-peermem's peerdirect_support parameter (default 0). */
-int peermem_param_peerdirect_support(void);
-
-/* nvidia-peermem's persistent_api_support parameter (-1: not given). */
-int peermem_param_persistent_api_support(void);
-
-/* The enable_invalidate parameter (register the invalidating client). */
-bool peermem_param_enable_invalidate(void);
-
-/* The enable_nc parameter (register the non-invalidating client). */
-bool peermem_param_enable_nc(void);
-
-/* The mmu_notifier parameter. */
-bool peermem_param_mmu_notifier(void);
-
-/* The watch_cache parameter (cached watch pins, entries; checked by Rust). */
-unsigned int peermem_param_watch_cache(void);
-
-/* The watch_cache_mib parameter (cached watch pins, MiB; checked by Rust). */
-unsigned int peermem_param_watch_cache_mib(void);
+/* peer_name: a NUL-terminated string (the loader always leaves a NUL). */
+extern char peermem_peer_name[IB_PEER_MEMORY_NAME_MAX];
+/* nvidia-peermem's peerdirect_support (default 0). */
+extern int peermem_peerdirect_support;
+/* nvidia-peermem's persistent_api_support (-1: not given). */
+extern int peermem_persistent_api_support;
+/* enable_invalidate (register the invalidating client). */
+extern bool peermem_enable_invalidate;
+/* enable_nc (register the non-invalidating client). */
+extern bool peermem_enable_nc;
+/* mmu_notifier. */
+extern bool peermem_mmu_notifier;
+/* watch_cache (cached watch pins, entries; checked by Rust). */
+extern unsigned int peermem_watch_cache;
+/* watch_cache_mib (cached watch pins, MiB; checked by Rust). */
+extern unsigned int peermem_watch_cache_mib;
 
 /*
  * The calling process's address space as a key (its mm_struct's address),
@@ -84,16 +80,6 @@ unsigned long peermem_mm_current_key(void);
 int peermem_current_tgid(void);
 
 /* ---- Scatter-gather tables (what dma_map() hands to the core) */
-
-/*
- * Allocate a table of nents entries (GFP_KERNEL), chained if needed, every
- * entry zeroed and the last one marked as the end. 0 or -ENOMEM (then the
- * table is left zeroed). Free it with peermem_sgt_free().
- */
-int peermem_sgt_alloc(struct sg_table *sgt, unsigned int nents);
-
-/* Free a table from peermem_sgt_alloc() and zero it; NULL sgl: nothing. */
-void peermem_sgt_free(struct sg_table *sgt);
 
 /* The entry after sg (following chain links), or NULL after the last one. */
 struct scatterlist *peermem_sg_next(struct scatterlist *sg);
@@ -144,6 +130,8 @@ extern const long peermem_nr_ioctl;
 bool peermem_range_mm_alive(const void *range);
 /* current->mm == range->mm. */
 bool peermem_range_mm_is_current(const void *range);
+/* current->mm (NULL in a kernel thread that borrows none). */
+struct mm_struct *peermem_current_mm(void);
 bool peermem_current_kthread(void);
 bool peermem_current_compat(void);	/* in_compat_syscall() */
 long peermem_current_syscall_nr(void);
@@ -153,70 +141,17 @@ long peermem_current_syscall_nr(void);
 void peermem_cbrefs_lock(void);
 void peermem_cbrefs_unlock(void);
 
-/* ---- debugfs: /sys/kernel/debug/peermem/ */
+/* ---- debugfs: /sys/kernel/debug/peermem/ (rust/kapi/debugfs.rs) */
 
 /*
- * Reads the current value of one counter. Called from debugfs file reads
- * with the counter pointer given to peermem_debugfs_add_counter().
+ * The kernel's debugfs and simple_attr functions (6.12's kernel::bindings
+ * lacks debugfs), and msleep:
+ * bindgen-kernel: fn debugfs_create_dir debugfs_create_file_unsafe debugfs_remove
+ * bindgen-kernel: fn debugfs_create_u32 debugfs_create_x32 debugfs_attr_read debugfs_attr_write
+ * bindgen-kernel: fn simple_attr_open simple_attr_release simple_open noop_llseek msleep
  */
-typedef u64 (*peermem_counter_read_t)(const void *counter);
-
-/*
- * Create the directory /sys/kernel/debug/peermem and remember read for its
- * counter files. Returns 0, or -errno when debugfs is unavailable (then
- * the add/remove calls below do nothing; peermem works without it).
- * Call once, from module init, before any other peermem_debugfs_* call.
- */
-int peermem_debugfs_create(peermem_counter_read_t read);
-
-/*
- * Create the subdirectory NAME of /sys/kernel/debug/peermem (removed with
- * it) and return a handle for peermem_debugfs_add_counter(), or NULL if
- * it cannot be created.
- */
-void *peermem_debugfs_subdir(const char *name);
-
-/*
- * Add the read-only file NAME (a NUL-terminated string that must stay
- * valid until peermem_debugfs_remove()) showing read(counter) in decimal,
- * in dir (a handle from peermem_debugfs_subdir()) or, for NULL, in the
- * directory itself. counter must stay valid until peermem_debugfs_remove()
- * has returned.
- */
-void peermem_debugfs_add_counter(void *dir, const char *name, const void *counter);
-
-/*
- * Add the root-only read-write file NAME (as above) showing and setting
- * *value in decimal; value must stay valid until peermem_debugfs_remove().
- */
-void peermem_debugfs_add_knob(const char *name, u32 *value);
-
-/*
- * A write to an action file (see peermem_debugfs_add_action()): buf is the
- * user's buffer (__user), len its length; returns len or -errno.
- */
-typedef ssize_t (*peermem_action_write_t)(const char *buf, size_t len);
-
-/*
- * Add the root-only write-only file NAME (as above): a write() is handed to
- * write (process context, no lock held), which decides what it does.
- * write must stay valid until peermem_debugfs_remove() returned.
- */
-void peermem_debugfs_add_action(const char *name, peermem_action_write_t write);
-
-/*
- * Add the read-only file NAME (as above) showing *value in hexadecimal
- * (0x%08x); value must stay valid until peermem_debugfs_remove().
- */
-void peermem_debugfs_add_hex(const char *name, u32 *value);
-
-/* msleep(ms). */
-void peermem_msleep(unsigned int ms);
-
-/*
- * Remove the directory and its files. When it returns, no file read is
- * running or can start, so the counters and names may go away.
- */
-void peermem_debugfs_remove(void);
+/* debugfs_create_file() (a _Generic macro from 6.13 on). */
+struct dentry *peermem_debugfs_create_file(const char *name, umode_t mode, struct dentry *parent,
+					   void *data, const struct file_operations *fops);
 
 #endif /* PEERMEM_INCLUDE_PEERMEM_FFI_H */

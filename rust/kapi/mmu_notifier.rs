@@ -271,8 +271,10 @@ impl Watch {
     }
 
     fn start<T: AddressChange>(&self, owner: *const T, start: u64, len: u64) -> Result {
-        // SAFETY: the current task is alive while it runs this.
-        let mm = unsafe { (*bindings::get_current()).mm };
+        // SAFETY: FFI call without preconditions. (Not a read of
+        // `task_struct::mm` through `kernel::bindings`: its layout of
+        // `task_struct` is not the C compiler's on every configuration.)
+        let mm = unsafe { raw::peermem_current_mm() };
         if mm.is_null() {
             return Err(code::EINVAL);
         }
