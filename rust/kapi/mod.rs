@@ -14,9 +14,13 @@
 //!
 //! The raw side is one boundary: `ffi_generated.rs`, written by
 //! `scripts/bindgen.sh` during the build from `include/peermem_ffi.h` (our
-//! ABI headers and the prototypes of the C glue in `rust/helpers.c`). The
-//! C glue covers kernel interfaces whose Rust abstractions differ between
-//! the kernels peermem supports (6.12 LTS and 7.x). Each module names its
+//! ABI headers, the prototypes of the C glue in `rust/helpers.c`, and the
+//! exported kernel functions 6.12's `kernel::bindings` lacks, named on
+//! `bindgen-kernel:` lines). The C glue holds only what has no symbol:
+//! parameter definitions and one-line wrappers of static inlines and
+//! macros. Kernel structs come from `kernel::bindings`; a field is read
+//! from Rust only where its layout was checked equal to C's
+//! (`task_struct`'s is not: `current->mm` is a C one-liner). Each module names its
 //! upstream counterpart, so it can be replaced by the kernel crate's once
 //! 6.12 support is dropped:
 //!
@@ -29,7 +33,7 @@
 //! | [`scatterlist`]  | scatter-gather tables                     | `kernel::scatterlist` (6.18) |
 //! | [`mmu_notifier`] | address-range watches                     | none yet (`mmu_interval_notifier`) |
 //! | [`pfnmap`]       | PFNs of PFN-mapped user memory, their DMA mapping | none (`follow_pfnmap_*`, `dma_map_resource`) |
-//! | [`debugfs`]      | counter and knob files                    | `kernel::debugfs` (6.18) |
+//! | [`debugfs`]      | counter, knob and action files (their `file_operations` here) | `kernel::debugfs` (6.18) |
 //! | [`object_count`] | live objects module unload waits for      | none |
 //! | [`module_param`] | module parameters                         | `kernel::module_param` (6.18) |
 //! | [`delay`], [`print`] | `msleep`, rate-limited messages       | `kernel::time::delay`, none |
