@@ -68,12 +68,6 @@ extern unsigned int peermem_watch_cache;
 extern unsigned int peermem_watch_cache_mib;
 
 /*
- * The calling process's address space as a key (its mm_struct's address),
- * 0 in a kernel thread. Only compared, never dereferenced.
- */
-unsigned long peermem_mm_current_key(void);
-
-/*
  * The calling thread's thread group id (current->tgid, the global pid of
  * its process): NVIDIA's driver's identity of "the calling process".
  */
@@ -128,8 +122,6 @@ extern const long peermem_nr_mremap;
 extern const long peermem_nr_ioctl;
 /* range: a struct mmu_notifier_range. mm_users != 0. */
 bool peermem_range_mm_alive(const void *range);
-/* current->mm == range->mm. */
-bool peermem_range_mm_is_current(const void *range);
 /* current->mm (NULL in a kernel thread that borrows none). */
 struct mm_struct *peermem_current_mm(void);
 bool peermem_current_kthread(void);

@@ -88,13 +88,6 @@ module_param_named(watch_cache_mib, peermem_watch_cache_mib, uint, 0444);
 MODULE_PARM_DESC(watch_cache_mib,
 		 "At most this many MiB of BAR1 held by cached watch pins, 64 KiB each (default 256, at most 1048576; 0: no cache). A pin that fails while the process has pins cached gives them back and tries once more");
 
-unsigned long peermem_mm_current_key(void)
-{
-	if (current->flags & PF_KTHREAD)
-		return 0;
-	return (unsigned long)current->mm;
-}
-
 int peermem_current_tgid(void)
 {
 	return current->tgid;
@@ -173,11 +166,6 @@ const long peermem_nr_ioctl = __NR_ioctl;
 bool peermem_range_mm_alive(const void *range)
 {
 	return atomic_read(&((const struct mmu_notifier_range *)range)->mm->mm_users);
-}
-
-bool peermem_range_mm_is_current(const void *range)
-{
-	return current->mm == ((const struct mmu_notifier_range *)range)->mm;
 }
 
 struct mm_struct *peermem_current_mm(void)

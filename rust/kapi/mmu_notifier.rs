@@ -121,7 +121,7 @@ impl Invalidation {
         // SAFETY: FFI calls on the current task; `range` as in `event`.
         unsafe {
             if raw::peermem_current_kthread()
-                || (own_mm && !raw::peermem_range_mm_is_current(self.range.cast()))
+                || (own_mm && raw::peermem_current_mm() != (*self.range).mm)
                 || raw::peermem_current_compat()
             {
                 return None;
@@ -202,7 +202,8 @@ impl Invalidation {
 ///
 /// # Invariants
 ///
-/// `work` was initialized to call `watch_work::<T>` and `revoked` as a
+/// `work` was initialized to call `peermem_watch_work`, `changed` is
+/// `changed::<T>` for the owner type `T`, and `revoked` was initialized as a
 /// completion; `mni` is in the mm's interval tree, with `ops::<T>()`, iff
 /// `inserted`; then `owner` points to a live `T` in an `Arc`.
 #[cfg(CONFIG_MMU_NOTIFIER)]
@@ -223,6 +224,8 @@ struct Watch {
     owner: AtomicPtr<super::c_void>,
     /// The work item's reference, from `hold`.
     work_ref: AtomicPtr<super::c_void>,
+    /// Calls the owner's `changed` with the work item's reference.
+    changed: unsafe fn(*const super::c_void),
     /// The notifier is in the mm's interval tree.
     inserted: AtomicBool,
     /// The work item was queued (once per watch).
@@ -259,11 +262,12 @@ impl Watch {
             lock <- new_lock!((), "peermem_watch"),
             mni: Opaque::new(bindings::mmu_interval_notifier::default()),
             // SAFETY: a new `work_struct`, pinned with the watch.
-            work <- Opaque::ffi_init(|w| unsafe { work::init(w, Some(watch_work::<T>)) }),
+            work <- Opaque::ffi_init(|w| unsafe { work::init(w, Some(peermem_watch_work)) }),
             // SAFETY: a new completion, pinned with the watch.
             revoked <- Opaque::ffi_init(|c| unsafe { raw::peermem_init_completion(c) }),
             owner: AtomicPtr::new(ptr::null_mut()),
             work_ref: AtomicPtr::new(ptr::null_mut()),
+            changed: changed::<T>,
             inserted: AtomicBool::new(false),
             fired: AtomicBool::new(false),
             blocking: AtomicBool::new(false),
@@ -496,27 +500,43 @@ unsafe fn invalidate_blocking<T: AddressChange>(
     true
 }
 
-/// The work item: the watched range changed; calls `changed` with the
-/// reference `hold` took, then (blocking watch) completes `revoked`.
+/// Calls `T::changed` with the reference `hold::<T>` took.
 ///
 /// # Safety
 ///
-/// Called by the kernel for the `work` of a [`Watch`] of owners `T`, once,
-/// after `Watch::queue`.
+/// `r` came from `hold::<T>` and is not used after this.
 #[cfg(CONFIG_MMU_NOTIFIER)]
-unsafe extern "C" fn watch_work<T: AddressChange>(work: *mut bindings::work_struct) {
+unsafe fn changed<T: AddressChange>(r: *const super::c_void) {
+    // SAFETY: `r` came from `Arc::into_raw` in `hold::<T>`; it is ours now.
+    T::changed(unsafe { Arc::from_raw(r.cast::<T>()) });
+}
+
+/// The work item: the watched range changed; calls the owner's `changed`
+/// with the reference `hold` took, then (blocking watch) completes
+/// `revoked`. Not generic, so it keeps one symbol name, which tracing
+/// tests look for (`t_peermem_notifier_alloc`).
+///
+/// # Safety
+///
+/// Called by the kernel for the `work` of a [`Watch`], once, after
+/// `Watch::queue`.
+#[cfg(CONFIG_MMU_NOTIFIER)]
+#[no_mangle]
+unsafe extern "C" fn peermem_watch_work(work: *mut bindings::work_struct) {
     let w = watch_of(work, core::mem::offset_of!(Watch, work));
     // SAFETY: the watch is alive: the reference in `work_ref` keeps its
     // owner, which holds it, alive.
-    let (blocking, r) = unsafe {
+    let (blocking, r, changed) = unsafe {
         (
             (*w).blocking.load(Ordering::Relaxed),
             (*w).work_ref.load(Ordering::Acquire),
+            (*w).changed,
         )
     };
-    // SAFETY: `r` came from `Arc::into_raw` in `hold::<T>`; it is ours now.
-    // This may free the watch (allowed in a work function).
-    T::changed(unsafe { Arc::from_raw(r.cast::<T>()) });
+    // SAFETY: `r` came from `hold` for the watch's owner type, whose
+    // `changed` this is (`Watch::new`). This may free the watch (allowed
+    // in a work function).
+    unsafe { changed(r) };
     // A blocking watch's notifier call waits for this, so the watch is
     // still inserted and its owner alive.
     if blocking {
