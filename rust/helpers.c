@@ -1,20 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C glue of the peermem module: module metadata and parameters, the
- * debugfs directory, scatterlists, DMA-device queries and a few static
- * inlines. These are kernel interfaces whose Rust abstractions differ
- * between the kernels peermem builds on (6.12 LTS has neither Rust module
- * parameters nor Rust debugfs, nor scatterlist or PCI abstractions), so
- * they live here, behind the small API declared in include/peermem_ffi.h.
- * The logic stays in Rust.
+ * C glue of the peermem module: what Rust cannot express on every kernel
+ * peermem builds on (6.12 LTS to 7.3). Module metadata and parameter
+ * definitions (6.12's kernel crate has no module parameters; Rust reads
+ * the variables, rust/kapi/module_param.rs), and one-line wrappers of
+ * static inline functions and macros. Every decision, and every object
+ * (watches, work items, the object count, debugfs files and their
+ * operations), is Rust's, over the exported kernel functions bindgen
+ * generates (include/peermem_ffi.h).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/completion.h>
 #include <linux/debugfs.h>
-#include <linux/delay.h>
 #include <linux/dma-mapping.h>
-#include <linux/err.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
@@ -23,7 +22,6 @@
 #include <linux/pci.h>
 #include <linux/sched.h>
 #include <linux/scatterlist.h>
-#include <linux/slab.h>
 #include <linux/wait_bit.h>
 #include <linux/workqueue.h>
 #include <linux/compat.h>
@@ -44,23 +42,23 @@ MODULE_AUTHOR("The peermem authors");
  * under (NCCL looks for /sys/kernel/mm/memory_peers/nv_mem/version where
  * the core has that directory).
  */
-static char peer_name[IB_PEER_MEMORY_NAME_MAX] = "nv_mem";
-module_param_string(peer_name, peer_name, sizeof(peer_name), 0444);
+char peermem_peer_name[IB_PEER_MEMORY_NAME_MAX] = "nv_mem";
+module_param_string(peer_name, peermem_peer_name, sizeof(peermem_peer_name), 0444);
 MODULE_PARM_DESC(peer_name,
 		 "Name of the invalidating client; the non-invalidating one is this name followed by _nc. 1-63 characters of A-Z a-z 0-9 _ . - (at most 60 with enable_nc=Y). Default \"nv_mem\" (and \"nv_mem_nc\"), the names of nvidia-peermem's clients");
 
-static bool enable_invalidate = true;
-module_param(enable_invalidate, bool, 0444);
+bool peermem_enable_invalidate = true;
+module_param_named(enable_invalidate, peermem_enable_invalidate, bool, 0444);
 MODULE_PARM_DESC(enable_invalidate,
 		 "Register the invalidating client (peer_name), which the core asks first for memory registrations, so that freeing GPU memory revokes RDMA access to it (default Y). N: leave it out; memory registrations on GPU memory then go to the non-invalidating client, pinned persistently: freed GPU memory stays allocated until they are gone");
 
-static bool enable_nc = true;
-module_param(enable_nc, bool, 0444);
+bool peermem_enable_nc = true;
+module_param_named(enable_nc, peermem_enable_nc, bool, 0444);
 MODULE_PARM_DESC(enable_nc,
 		 "Register the non-invalidating client (peer_name followed by _nc), which pins persistently and is the only client the core asks for memory it cannot invalidate: queue buffers and doorbell pages of the RDMA driver (default Y). N: leave it out; those then cannot be in GPU memory");
 
-static bool mmu_notifier = true;
-module_param(mmu_notifier, bool, 0444);
+bool peermem_mmu_notifier = true;
+module_param_named(mmu_notifier, peermem_mmu_notifier, bool, 0444);
 MODULE_PARM_DESC(mmu_notifier,
 		 "Revoke a registration when the registering process unmaps or moves its address range (munmap, mremap), through an mmu interval notifier, as with freed GPU memory (default Y; only with enable_invalidate=Y). N: a registration keeps serving the GPU memory it pinned whatever the address means afterwards, as nvidia-peermem does");
 
@@ -70,91 +68,32 @@ MODULE_PARM_DESC(mmu_notifier,
  * module name); rust/client/params.rs checks them and says what peermem
  * does with each (docs/module.md).
  */
-static int peerdirect_support;
-module_param(peerdirect_support, int, 0444);
+int peermem_peerdirect_support;
+module_param_named(peerdirect_support, peermem_peerdirect_support, int, 0444);
 MODULE_PARM_DESC(peerdirect_support,
 		 "nvidia-peermem's: 0 (default) registers the invalidating client as an extended client with PEER_MEM_INVALIDATE_UNMAPS, as peermem always does; 1 asks for the MLNX_OFED 4.9 legacy client, which peermem does not provide (it logs this and registers the extended client); other values fail the load");
 
-static int persistent_api_support = -1;
-module_param(persistent_api_support, int, 0444);
+int peermem_persistent_api_support = -1;
+module_param_named(persistent_api_support, peermem_persistent_api_support, int, 0444);
 MODULE_PARM_DESC(persistent_api_support,
 		 "nvidia-peermem's: -1 (default, not set) or 0: peermem's clients as enable_invalidate and enable_nc say (nv_mem invalidating, nv_mem_nc persistent, as nvidia-peermem with 0); 1: nvidia-peermem registers only a persistent nv_mem, peermem logs that it keeps its invalidating nv_mem (load with enable_invalidate=0 for persistent pins only); other values fail the load");
 
-int peermem_param_peerdirect_support(void)
-{
-	return peerdirect_support;
-}
-
-int peermem_param_persistent_api_support(void)
-{
-	return persistent_api_support;
-}
-
-const char *peermem_param_peer_name(void)
-{
-	return peer_name;
-}
-
-bool peermem_param_enable_invalidate(void)
-{
-	return enable_invalidate;
-}
-
-bool peermem_param_enable_nc(void)
-{
-	return enable_nc;
-}
-
-bool peermem_param_mmu_notifier(void)
-{
-	return mmu_notifier;
-}
-
-static unsigned int watch_cache = 32;
-module_param(watch_cache, uint, 0444);
+unsigned int peermem_watch_cache = 32;
+module_param_named(watch_cache, peermem_watch_cache, uint, 0444);
 MODULE_PARM_DESC(watch_cache,
 		 "Deregistered ranges whose watch pin (the GPU driver's pin of the range's first 64 KiB page with a free callback, not the persistent one that keeps memory) peermem keeps, so that registering the same range again in the same process pins once instead of twice (default 32, at most 64; 0: none). A cached pin keeps no GPU memory from being freed: freeing it, unmapping the range or unloading drops the entry");
 
-static unsigned int watch_cache_mib = 256;
-module_param(watch_cache_mib, uint, 0444);
+unsigned int peermem_watch_cache_mib = 256;
+module_param_named(watch_cache_mib, peermem_watch_cache_mib, uint, 0444);
 MODULE_PARM_DESC(watch_cache_mib,
 		 "At most this many MiB of BAR1 held by cached watch pins, 64 KiB each (default 256, at most 1048576; 0: no cache). A pin that fails while the process has pins cached gives them back and tries once more");
-
-unsigned long peermem_mm_current_key(void)
-{
-	if (current->flags & PF_KTHREAD)
-		return 0;
-	return (unsigned long)current->mm;
-}
 
 int peermem_current_tgid(void)
 {
 	return current->tgid;
 }
 
-unsigned int peermem_param_watch_cache(void)
-{
-	return watch_cache;
-}
-
-unsigned int peermem_param_watch_cache_mib(void)
-{
-	return watch_cache_mib;
-}
-
 /* ---- Scatter-gather tables */
-
-int peermem_sgt_alloc(struct sg_table *sgt, unsigned int nents)
-{
-	return sg_alloc_table(sgt, nents, GFP_KERNEL);
-}
-
-void peermem_sgt_free(struct sg_table *sgt)
-{
-	if (sgt->sgl)
-		sg_free_table(sgt);
-	memset(sgt, 0, sizeof(*sgt));
-}
 
 struct scatterlist *peermem_sg_next(struct scatterlist *sg)
 {
@@ -197,220 +136,41 @@ void peermem_warn_ratelimited(const char *msg)
 	pr_warn_ratelimited("%s\n", msg);
 }
 
-/* ---- Registration objects alive */
+/* ---- Waits and work items: macros and inlines (rust/kapi/object_count.rs, work.rs) */
 
-static atomic_t peermem_objects = ATOMIC_INIT(0);
-
-void peermem_objects_inc(void)
+bool peermem_wait_var_zero(int *var, unsigned int secs)
 {
-	atomic_inc(&peermem_objects);
+	return wait_var_event_timeout(var, !READ_ONCE(*var), secs * HZ);
 }
 
-void peermem_objects_dec(void)
+struct workqueue_struct *peermem_alloc_workqueue(const char *name, unsigned int flags)
 {
-	if (atomic_dec_and_test(&peermem_objects))
-		wake_up_var(&peermem_objects);
+	return alloc_workqueue("%s", flags, 0, name);
 }
 
-void peermem_objects_wait(void)
+void peermem_init_work(struct work_struct *work, work_func_t func)
 {
-	while (!wait_var_event_timeout(&peermem_objects,
-				       !atomic_read(&peermem_objects), 10 * HZ))
-		pr_info("unloading: waiting for %d registration object(s) still referenced by GPU free callbacks in flight\n",
-			atomic_read(&peermem_objects));
+	INIT_WORK(work, func);
 }
 
-/* ---- Address-space watches (mmu interval notifiers) */
-
-enum {
-	PEERMEM_WATCH_INSERTED,	/* the notifier is in the mm's interval tree */
-	PEERMEM_WATCH_FIRED,	/* the work item was queued (once per watch) */
-};
-
-struct peermem_watch {
-	struct mutex lock;	/* serializes start and stop */
-	struct mmu_interval_notifier mni;
-	struct work_struct work;
-	const void *reg;	/* borrowed: alive while INSERTED (see the header) */
-	const void *work_ref;	/* the work item's reference, from hold() */
-	unsigned long flags;
-	/* PFN-map source: see peermem_watch_set_blocking() (below). */
-	bool blocking;
-	struct completion revoked;	/* blocking: changed() returned */
-};
-
-static struct workqueue_struct *peermem_wq;
-static peermem_watch_changed_t peermem_watch_changed;
-static peermem_watch_invalidate_t peermem_watch_invalidate_rs;
-
-int peermem_watch_setup(peermem_watch_changed_t changed,
-			peermem_watch_invalidate_t invalidate)
+void peermem_init_completion(struct completion *c)
 {
-	peermem_watch_changed = changed;
-	peermem_watch_invalidate_rs = invalidate;
-	/*
-	 * WQ_MEM_RECLAIM: a blocking PFN invalidation (munmap, an exporter's
-	 * zap, which reclaim can cause) waits for its work item holding the
-	 * mmap lock; a rescuer thread runs it when no new worker can be made.
-	 */
-	peermem_wq = alloc_workqueue("peermem", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
-	return peermem_wq ? 0 : -ENOMEM;
+	init_completion(c);
 }
 
-void peermem_watch_teardown(void)
-{
-	/* Runs every queued work item first. */
-	if (peermem_wq)
-		destroy_workqueue(peermem_wq);
-	peermem_wq = NULL;
-}
+/* ---- Readings for the notifier's policy (rust/kapi/mmu_notifier.rs) */
 
-/* ---- Deferred calls (peermem_work_*, see peermem_ffi.h) */
-
-struct peermem_work {
-	struct work_struct work;
-	peermem_work_fn_t fn;
-	const void *ref;	/* the call's reference, set when queued */
-};
-
-static void peermem_work_run(struct work_struct *work)
-{
-	struct peermem_work *w = container_of(work, struct peermem_work, work);
-
-	/* Consumes the reference; may free w (allowed in a work function). */
-	w->fn(w->ref);
-}
-
-struct peermem_work *peermem_work_alloc(peermem_work_fn_t fn)
-{
-	struct peermem_work *w = kzalloc(sizeof(*w), GFP_KERNEL);
-
-	if (!w)
-		return NULL;
-	INIT_WORK(&w->work, peermem_work_run);
-	w->fn = fn;
-	return w;
-}
-
-void peermem_work_queue(struct peermem_work *w, const void *ref)
-{
-	w->ref = ref;
-	queue_work(peermem_wq, &w->work);
-}
-
-void peermem_work_free(struct peermem_work *w)
-{
-	kfree(w);
-}
-
-#ifdef CONFIG_MMU_NOTIFIER
-static void peermem_watch_work(struct work_struct *work)
-{
-	struct peermem_watch *w = container_of(work, struct peermem_watch, work);
-	bool blocking = w->blocking;
-
-	/* Consumes the reference; may free w (allowed in a work function). */
-	peermem_watch_changed(w->work_ref);
-	/*
-	 * A blocking watch's notifier call waits for this, so the watch is
-	 * still inserted and its owner alive (rust/kapi/mmu_notifier.rs).
-	 */
-	if (blocking)
-		complete_all(&w->revoked);
-}
-
-/*
- * The notifier's policy (which invalidation revokes, what it is reported
- * as, when a call that may not block goes ahead) is Rust's
- * (rust/kapi/mmu_notifier.rs); this forwards the call.
- */
-static bool peermem_watch_invalidate(struct mmu_interval_notifier *mni,
-				     const struct mmu_notifier_range *range,
-				     unsigned long cur_seq)
-{
-	return peermem_watch_invalidate_rs(container_of(mni, struct peermem_watch, mni),
-					   range, cur_seq);
-}
-
-static const struct mmu_interval_notifier_ops peermem_watch_ops = {
-	.invalidate = peermem_watch_invalidate,
-};
-
-bool peermem_watch_has_fired(struct peermem_watch *w)
-{
-	return test_bit(PEERMEM_WATCH_FIRED, &w->flags);
-}
-
-struct peermem_watch *peermem_watch_alloc(void)
-{
-	struct peermem_watch *w = kzalloc(sizeof(*w), GFP_KERNEL);
-
-	if (!w)
-		return NULL;
-	INIT_WORK(&w->work, peermem_watch_work);
-	mutex_init(&w->lock);
-	init_completion(&w->revoked);
-	return w;
-}
-
-int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64 len)
-{
-	int ret;
-
-	if (!current->mm)
-		return -EINVAL;
-	mutex_lock(&w->lock);
-	if (test_bit(PEERMEM_WATCH_INSERTED, &w->flags)) {
-		ret = -EBUSY;
-	} else {
-		w->reg = reg;
-		ret = mmu_interval_notifier_insert(&w->mni, current->mm, start,
-						   len, &peermem_watch_ops);
-		if (!ret)
-			set_bit(PEERMEM_WATCH_INSERTED, &w->flags);
-	}
-	mutex_unlock(&w->lock);
-	return ret;
-}
-
-void peermem_watch_stop(struct peermem_watch *w)
-{
-	/* Held across the removal: a concurrent stop returns after it too. */
-	mutex_lock(&w->lock);
-	if (test_and_clear_bit(PEERMEM_WATCH_INSERTED, &w->flags))
-		mmu_interval_notifier_remove(&w->mni);
-	mutex_unlock(&w->lock);
-}
-
-/* ---- Accessors for the notifier's policy (in Rust) */
-
-static_assert((int)PEERMEM_MMU_UNMAP == (int)MMU_NOTIFY_UNMAP);
-static_assert((int)PEERMEM_MMU_CLEAR == (int)MMU_NOTIFY_CLEAR);
-static_assert((int)PEERMEM_MMU_PROTECTION_VMA == (int)MMU_NOTIFY_PROTECTION_VMA);
-static_assert((int)PEERMEM_MMU_PROTECTION_PAGE == (int)MMU_NOTIFY_PROTECTION_PAGE);
-static_assert((int)PEERMEM_MMU_SOFT_DIRTY == (int)MMU_NOTIFY_SOFT_DIRTY);
-static_assert((int)PEERMEM_MMU_RELEASE == (int)MMU_NOTIFY_RELEASE);
 const long peermem_nr_mremap = __NR_mremap;
 const long peermem_nr_ioctl = __NR_ioctl;
-
-unsigned int peermem_range_event(const void *range)
-{
-	return ((const struct mmu_notifier_range *)range)->event;
-}
 
 bool peermem_range_mm_alive(const void *range)
 {
 	return atomic_read(&((const struct mmu_notifier_range *)range)->mm->mm_users);
 }
 
-bool peermem_range_blockable(const void *range)
+struct mm_struct *peermem_current_mm(void)
 {
-	return mmu_notifier_range_blockable(range);
-}
-
-bool peermem_range_mm_is_current(const void *range)
-{
-	return current->mm == ((const struct mmu_notifier_range *)range)->mm;
+	return current->mm;
 }
 
 bool peermem_current_kthread(void)
@@ -428,107 +188,6 @@ long peermem_current_syscall_nr(void)
 	return syscall_get_nr(current, task_pt_regs(current));
 }
 
-bool peermem_watch_is_blocking(struct peermem_watch *w)
-{
-	return READ_ONCE(w->blocking);
-}
-
-const void *peermem_watch_owner(struct peermem_watch *w)
-{
-	return w->reg;
-}
-
-void peermem_watch_set_seq(struct peermem_watch *w, unsigned long cur_seq)
-{
-	mmu_interval_set_seq(&w->mni, cur_seq);
-}
-
-bool peermem_watch_test_and_set_fired(struct peermem_watch *w)
-{
-	return test_and_set_bit(PEERMEM_WATCH_FIRED, &w->flags);
-}
-
-bool peermem_watch_revoke_done(struct peermem_watch *w)
-{
-	return completion_done(&w->revoked);
-}
-
-void peermem_watch_queue(struct peermem_watch *w, const void *ref)
-{
-	w->work_ref = ref;
-	queue_work(peermem_wq, &w->work);
-}
-
-void peermem_watch_wait_revoked(struct peermem_watch *w)
-{
-	wait_for_completion(&w->revoked);
-}
-
-void peermem_watch_set_blocking(struct peermem_watch *w)
-{
-	mutex_lock(&w->lock);
-	WRITE_ONCE(w->blocking, true);
-	mutex_unlock(&w->lock);
-}
-
-bool peermem_watch_read_begin(struct peermem_watch *w, unsigned long *seq)
-{
-	bool ok;
-
-	mutex_lock(&w->lock);
-	ok = test_bit(PEERMEM_WATCH_INSERTED, &w->flags);
-	if (ok)
-		*seq = mmu_interval_read_begin(&w->mni);
-	mutex_unlock(&w->lock);
-	return ok;
-}
-
-bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq)
-{
-	return mmu_interval_read_retry(&w->mni, seq);
-}
-#else
-bool peermem_watch_has_fired(struct peermem_watch *w)
-{
-	return test_bit(PEERMEM_WATCH_FIRED, &w->flags);
-}
-
-struct peermem_watch *peermem_watch_alloc(void)
-{
-	return NULL;
-}
-
-int peermem_watch_start(struct peermem_watch *w, const void *reg, u64 start, u64 len)
-{
-	return -EOPNOTSUPP;
-}
-
-void peermem_watch_stop(struct peermem_watch *w)
-{
-}
-
-void peermem_watch_set_blocking(struct peermem_watch *w)
-{
-}
-
-bool peermem_watch_read_begin(struct peermem_watch *w, unsigned long *seq)
-{
-	return false;
-}
-
-bool peermem_watch_read_retry(struct peermem_watch *w, unsigned long seq)
-{
-	return true;
-}
-#endif
-
-void peermem_watch_free(struct peermem_watch *w)
-{
-	peermem_watch_stop(w);
-	mutex_destroy(&w->lock);
-	kfree(w);
-}
-
 /* ---- Free-callback references: the registry's lock (rust/kapi/cbref.rs) */
 
 static DEFINE_SPINLOCK(peermem_cbrefs_spin);
@@ -543,106 +202,10 @@ void peermem_cbrefs_unlock(void)
 	spin_unlock(&peermem_cbrefs_spin);
 }
 
-/* ---- debugfs */
+/* ---- debugfs: rust/kapi/debugfs.rs builds the files' operations */
 
-static struct dentry *peermem_dir;
-static peermem_counter_read_t peermem_counter_read;
-
-static int peermem_counter_get(void *counter, u64 *val)
+struct dentry *peermem_debugfs_create_file(const char *name, umode_t mode, struct dentry *parent,
+					   void *data, const struct file_operations *fops)
 {
-	*val = peermem_counter_read(counter);
-	return 0;
-}
-DEFINE_DEBUGFS_ATTRIBUTE(peermem_counter_fops, peermem_counter_get, NULL,
-			 "%llu\n");
-
-int peermem_debugfs_create(peermem_counter_read_t read)
-{
-	struct dentry *dir;
-
-	if (!read)
-		return -EINVAL;
-	dir = debugfs_create_dir(KBUILD_MODNAME, NULL);
-	if (IS_ERR(dir))
-		return PTR_ERR(dir);
-	peermem_counter_read = read;
-	peermem_dir = dir;
-	return 0;
-}
-
-void *peermem_debugfs_subdir(const char *name)
-{
-	struct dentry *dir;
-
-	if (!peermem_dir)
-		return NULL;
-	dir = debugfs_create_dir(name, peermem_dir);
-	return IS_ERR(dir) ? NULL : dir;
-}
-
-void peermem_debugfs_add_counter(void *dir, const char *name, const void *counter)
-{
-	if (!peermem_dir)
-		return;
-	/*
-	 * debugfs keeps the pointer as the file's private data and hands it
-	 * back to peermem_counter_get(); the file is read-only, so the cast
-	 * away from const is never written through.
-	 */
-	debugfs_create_file_unsafe(name, 0444, dir ?: peermem_dir,
-				   (void *)counter, &peermem_counter_fops);
-}
-
-void peermem_debugfs_add_knob(const char *name, u32 *value)
-{
-	if (!peermem_dir)
-		return;
-	debugfs_create_u32(name, 0600, peermem_dir, value);
-}
-
-/* What the write means is Rust's (rust/kapi/debugfs.rs). */
-static ssize_t peermem_action_write(struct file *file, const char __user *buf,
-				    size_t len, loff_t *ppos)
-{
-	peermem_action_write_t write = file->private_data;
-
-	return write((const char __force *)buf, len);
-}
-
-static const struct file_operations peermem_action_fops = {
-	.owner = THIS_MODULE,
-	.open = simple_open,
-	.write = peermem_action_write,
-	.llseek = noop_llseek,
-};
-
-void peermem_debugfs_add_action(const char *name, peermem_action_write_t write)
-{
-	if (!peermem_dir)
-		return;
-	/* Removal waits for writers inside the call (debugfs' file proxy). */
-	debugfs_create_file(name, 0200, peermem_dir, write, &peermem_action_fops);
-}
-
-void peermem_debugfs_add_hex(const char *name, u32 *value)
-{
-	if (!peermem_dir)
-		return;
-	/* 0x%08x, read whole (a u32 load); only peermem writes the value. */
-	debugfs_create_x32(name, 0444, peermem_dir, value);
-}
-
-void peermem_msleep(unsigned int ms)
-{
-	msleep(ms);
-}
-
-void peermem_debugfs_remove(void)
-{
-	/*
-	 * Removes the subdirectories too, and waits for readers that are
-	 * inside peermem_counter_get().
-	 */
-	debugfs_remove(peermem_dir);
-	peermem_dir = NULL;
+	return debugfs_create_file(name, mode, parent, data, fops);
 }

@@ -28,9 +28,9 @@
 //! `unsafe` block that touches C; `client` is the driver on top of them
 //! (the two clients, the registration and its states, the checks of what
 //! the GPU driver hands out, counters, parameters, test delays). `kapi`
-//! never names `client`. Kernel interfaces whose Rust abstractions differ
-//! between the supported kernels live in the C glue `helpers.c`, behind
-//! `kapi`.
+//! never names `client`. What Rust cannot call (static inlines,
+//! macros) and the module parameter definitions are one-line C glue in
+//! `helpers.c`, behind `kapi`.
 
 use kernel::prelude::*;
 

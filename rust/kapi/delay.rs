@@ -7,5 +7,5 @@ use super::raw;
 /// Sleeps `ms` milliseconds (`msleep`); process context only.
 pub(crate) fn msleep(ms: u32) {
     // SAFETY: FFI call without preconditions; callers are in process context.
-    unsafe { raw::peermem_msleep(ms) };
+    unsafe { raw::msleep(ms) };
 }

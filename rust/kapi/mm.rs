@@ -82,8 +82,13 @@ fn current_mm() -> (bool, *mut kernel::bindings::mm_struct) {
 /// spaces alive, or kept alive by an `mmgrab` (an [`MmRef`], a started
 /// [`super::mmu_notifier::AddressWatch`]), at the time of the call.
 pub(crate) fn current_key() -> usize {
-    // SAFETY: FFI call without preconditions.
-    unsafe { raw::peermem_mm_current_key() as usize }
+    // SAFETY: FFI calls without preconditions.
+    unsafe {
+        if raw::peermem_current_kthread() {
+            return 0;
+        }
+        raw::peermem_current_mm() as usize
+    }
 }
 
 /// The caller's real user id, as the initial user namespace sees it (the

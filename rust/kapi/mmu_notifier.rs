@@ -1,15 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Watches on an address range of a process (an mmu interval notifier per
-//! watch, in the C glue): when the range is unmapped or moved, a work item
-//! tells the watch's owner. Upstream counterpart: none yet (C's
-//! `mmu_interval_notifier`).
+//! Watches on an address range of a process (the kernel's
+//! `mmu_interval_notifier`, one per watch, with its `ops` built here):
+//! when the range is unmapped or moved, a work item tells the watch's
+//! owner. Upstream counterpart: none yet (C's `mmu_interval_notifier`).
 
 use super::raw;
+use super::sync::{new_lock, Lock};
+use super::work;
 use core::marker::PhantomData;
-use core::ptr::NonNull;
-use kernel::error::{code::ENOMEM, to_result, Result};
+use core::pin::Pin;
+use core::ptr;
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use kernel::alloc::{flags::GFP_KERNEL, KBox};
+use kernel::bindings;
+use kernel::error::{code, to_result, Result};
+use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow};
+use kernel::types::Opaque;
 
 /// What a watch's owner does when its range changes meaning.
 pub(crate) trait AddressChange: Send + Sync + Sized + 'static {
@@ -40,27 +48,15 @@ pub(crate) enum Unmapping {
     Zapped,
 }
 
-/// The work queue and callbacks of the [`AddressWatch`]es of owners `T`;
-/// dropping it (at unload, when every watch is stopped) runs the work
-/// items still queued. One per module.
-///
-/// # Invariants
-///
-/// The C glue's callbacks are the trampolines for `T`.
+/// The work queue of the [`AddressWatch`]es of owners `T`; dropping it (at
+/// unload, when every watch is stopped) runs the work items still queued.
+/// One per module.
 pub(crate) struct Watches<T: AddressChange>(PhantomData<T>);
 
 impl<T: AddressChange> Watches<T> {
     /// Sets up the watches' work queue; `ENOMEM` if it cannot.
     pub(crate) fn setup() -> Result<Self> {
-        #[cfg(CONFIG_MMU_NOTIFIER)]
-        let invalidate: raw::peermem_watch_invalidate_t = Some(invalidate::<T>);
-        #[cfg(not(CONFIG_MMU_NOTIFIER))]
-        let invalidate: raw::peermem_watch_invalidate_t = None;
-        // SAFETY: both functions stay valid until `drop`, which runs the
-        // queued work items before the module can go; set before any watch
-        // starts (none can exist before `setup`, which the owner calls first).
-        to_result(unsafe { raw::peermem_watch_setup(Some(changed::<T>), invalidate) })?;
-        // INVARIANT: set up with `T`'s trampolines.
+        work::setup_queue()?;
         Ok(Self(PhantomData))
     }
 
@@ -73,10 +69,9 @@ impl<T: AddressChange> Watches<T> {
 
 impl<T: AddressChange> Drop for Watches<T> {
     fn drop(&mut self) {
-        // SAFETY: called once, at unload, when every watch was stopped (the
-        // owner's duty, see `AddressWatch::start`), so no work item can be
-        // queued anew.
-        unsafe { raw::peermem_watch_teardown() };
+        // At unload, when every watch was stopped (the owner's duty, see
+        // `AddressWatch::start`), so no work item can be queued anew.
+        work::teardown_queue();
     }
 }
 
@@ -93,29 +88,29 @@ fn hold<T: AddressChange>(owner: &ArcBorrow<'_, T>) -> *const super::c_void {
 /// notifier call in progress, and `Self` lives no longer than the call.
 #[cfg(CONFIG_MMU_NOTIFIER)]
 struct Invalidation {
-    range: *const super::c_void,
+    range: *const bindings::mmu_notifier_range,
 }
 
 #[cfg(CONFIG_MMU_NOTIFIER)]
 impl Invalidation {
-    /// `range->event`, one of `raw::peermem_mmu_event_PEERMEM_MMU_*` (or
-    /// another event).
-    fn event(&self) -> super::c_uint {
+    /// `range->event`, one of `bindings::mmu_notifier_event_MMU_NOTIFY_*`.
+    fn event(&self) -> bindings::mmu_notifier_event {
         // SAFETY: `range` is the live range of the call (type invariant).
-        unsafe { raw::peermem_range_event(self.range) }
+        unsafe { (*self.range).event }
     }
 
     /// Whether the address space still has users (`mm_users`): not when
     /// the process's address space is being torn down.
     fn mm_alive(&self) -> bool {
         // SAFETY: as in `event`.
-        unsafe { raw::peermem_range_mm_alive(self.range) }
+        unsafe { raw::peermem_range_mm_alive(self.range.cast()) }
     }
 
     /// `mmu_notifier_range_blockable()`.
     fn blockable(&self) -> bool {
         // SAFETY: as in `event`.
-        unsafe { raw::peermem_range_blockable(self.range) }
+        let flags = unsafe { (*self.range).flags };
+        flags & bindings::MMU_NOTIFIER_RANGE_BLOCKABLE != 0
     }
 
     /// The native system call the current user thread is in, if the
@@ -126,7 +121,7 @@ impl Invalidation {
         // SAFETY: FFI calls on the current task; `range` as in `event`.
         unsafe {
             if raw::peermem_current_kthread()
-                || (own_mm && !raw::peermem_range_mm_is_current(self.range))
+                || (own_mm && raw::peermem_current_mm() != (*self.range).mm)
                 || raw::peermem_current_compat()
             {
                 return None;
@@ -152,13 +147,13 @@ impl Invalidation {
     fn blocking_how(&self) -> Unmapping {
         let event = self.event();
         // exit_mmap(): MMU_NOTIFY_RELEASE to interval notifiers, then unmaps.
-        if event == raw::peermem_mmu_event_PEERMEM_MMU_RELEASE || !self.mm_alive() {
+        if event == bindings::mmu_notifier_event_MMU_NOTIFY_RELEASE || !self.mm_alive() {
             return Unmapping::Exiting;
         }
         match event {
-            raw::peermem_mmu_event_PEERMEM_MMU_UNMAP => self.unmap_how(),
-            raw::peermem_mmu_event_PEERMEM_MMU_PROTECTION_VMA
-            | raw::peermem_mmu_event_PEERMEM_MMU_PROTECTION_PAGE => Unmapping::Protected,
+            bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP => self.unmap_how(),
+            bindings::mmu_notifier_event_MMU_NOTIFY_PROTECTION_VMA
+            | bindings::mmu_notifier_event_MMU_NOTIFY_PROTECTION_PAGE => Unmapping::Protected,
             // MMU_NOTIFY_CLEAR: page-table entries cleared; of a VM_PFNMAP
             // mapping that is not copy-on-write only by its driver,
             // unmap_mapping_range() or zap_vma_ptes() (madvise(MADV_DONTNEED)
@@ -192,13 +187,187 @@ impl Invalidation {
     ///    compat task's ioctl() is not told apart: it revokes.
     fn blocking_ignores(&self) -> bool {
         let event = self.event();
-        if event == raw::peermem_mmu_event_PEERMEM_MMU_SOFT_DIRTY {
+        if event == bindings::mmu_notifier_event_MMU_NOTIFY_SOFT_DIRTY {
             return true;
         }
         // SAFETY: a constant defined in the C glue.
         let ioctl = unsafe { raw::peermem_nr_ioctl };
-        event == raw::peermem_mmu_event_PEERMEM_MMU_PROTECTION_VMA
+        event == bindings::mmu_notifier_event_MMU_NOTIFY_PROTECTION_VMA
             && self.syscall(false) == Some(ioctl)
+    }
+}
+
+/// The kernel's notifier of a watch and the watch's state, pinned in a box
+/// the [`AddressWatch`] holds.
+///
+/// # Invariants
+///
+/// `work` was initialized to call `peermem_watch_work`, `changed` is
+/// `changed::<T>` for the owner type `T`, and `revoked` was initialized as a
+/// completion; `mni` is in the mm's interval tree, with `ops::<T>()`, iff
+/// `inserted`; then `owner` points to a live `T` in an `Arc`.
+#[cfg(CONFIG_MMU_NOTIFIER)]
+#[pin_data]
+struct Watch {
+    /// Serializes start and stop (and the reads of `inserted` that must
+    /// not race with them).
+    #[pin]
+    lock: Lock<()>,
+    #[pin]
+    mni: Opaque<bindings::mmu_interval_notifier>,
+    #[pin]
+    work: Opaque<bindings::work_struct>,
+    /// Blocking watches: completed when `changed` returned.
+    #[pin]
+    revoked: Opaque<bindings::completion>,
+    /// Borrowed: alive while `inserted` (see `AddressWatch::start`).
+    owner: AtomicPtr<super::c_void>,
+    /// The work item's reference, from `hold`.
+    work_ref: AtomicPtr<super::c_void>,
+    /// Calls the owner's `changed` with the work item's reference.
+    changed: unsafe fn(*const super::c_void),
+    /// The notifier is in the mm's interval tree.
+    inserted: AtomicBool,
+    /// The work item was queued (once per watch).
+    fired: AtomicBool,
+    /// The PFN-map source's kind: see `AddressWatch::set_blocking`.
+    blocking: AtomicBool,
+}
+
+/// The `Watch` whose field at `offset` is at `field`.
+#[cfg(CONFIG_MMU_NOTIFIER)]
+fn watch_of<F>(field: *mut F, offset: usize) -> *const Watch {
+    field.cast::<u8>().wrapping_sub(offset).cast::<Watch>()
+}
+
+/// The notifier's operations for watches of owners `T`.
+#[cfg(CONFIG_MMU_NOTIFIER)]
+fn ops<T: AddressChange>() -> &'static bindings::mmu_interval_notifier_ops {
+    struct Ops<T>(PhantomData<T>);
+    impl<T: AddressChange> Ops<T> {
+        const OPS: bindings::mmu_interval_notifier_ops = {
+            // SAFETY: a struct of optional function pointers: all `None`.
+            let mut ops: bindings::mmu_interval_notifier_ops = unsafe { core::mem::zeroed() };
+            ops.invalidate = Some(invalidate_tramp::<T>);
+            ops
+        };
+    }
+    &Ops::<T>::OPS
+}
+
+#[cfg(CONFIG_MMU_NOTIFIER)]
+impl Watch {
+    fn new<T: AddressChange>() -> impl PinInit<Self> {
+        pin_init!(Self {
+            lock <- new_lock!((), "peermem_watch"),
+            mni: Opaque::new(bindings::mmu_interval_notifier::default()),
+            // SAFETY: a new `work_struct`, pinned with the watch.
+            work <- Opaque::ffi_init(|w| unsafe { work::init(w, Some(peermem_watch_work)) }),
+            // SAFETY: a new completion, pinned with the watch.
+            revoked <- Opaque::ffi_init(|c| unsafe { raw::peermem_init_completion(c) }),
+            owner: AtomicPtr::new(ptr::null_mut()),
+            work_ref: AtomicPtr::new(ptr::null_mut()),
+            changed: changed::<T>,
+            inserted: AtomicBool::new(false),
+            fired: AtomicBool::new(false),
+            blocking: AtomicBool::new(false),
+        })
+    }
+
+    fn start<T: AddressChange>(&self, owner: *const T, start: u64, len: u64) -> Result {
+        // SAFETY: FFI call without preconditions. (Not a read of
+        // `task_struct::mm` through `kernel::bindings`: its layout of
+        // `task_struct` is not the C compiler's on every configuration.)
+        let mm = unsafe { raw::peermem_current_mm() };
+        if mm.is_null() {
+            return Err(code::EINVAL);
+        }
+        let _guard = self.lock.lock();
+        if self.inserted.load(Ordering::Relaxed) {
+            return Err(code::EBUSY);
+        }
+        self.owner.store(owner.cast_mut().cast(), Ordering::Release);
+        // SAFETY: `mni` is pinned and not inserted (`inserted` is false
+        // under the lock); `mm` is the current task's address space, alive
+        // while it runs this; `ops::<T>()` is static.
+        to_result(unsafe {
+            bindings::mmu_interval_notifier_insert(
+                self.mni.get(),
+                mm,
+                start as super::c_ulong,
+                len as super::c_ulong,
+                ops::<T>(),
+            )
+        })?;
+        // INVARIANT: inserted with `ops::<T>()` and the live `owner`.
+        self.inserted.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn stop(&self) {
+        // Held across the removal: a concurrent stop returns after it too.
+        let _guard = self.lock.lock();
+        if self.inserted.swap(false, Ordering::Relaxed) {
+            // SAFETY: inserted (just seen under the lock).
+            unsafe { bindings::mmu_interval_notifier_remove(self.mni.get()) };
+        }
+    }
+
+    fn set_blocking(&self) {
+        let _guard = self.lock.lock();
+        self.blocking.store(true, Ordering::Relaxed);
+    }
+
+    fn read_begin(&self) -> Option<super::c_ulong> {
+        let _guard = self.lock.lock();
+        if !self.inserted.load(Ordering::Relaxed) {
+            return None;
+        }
+        // SAFETY: inserted (seen under the lock, which `stop` takes).
+        Some(unsafe { bindings::mmu_interval_read_begin(self.mni.get()) })
+    }
+
+    /// `mmu_interval_read_retry()`.
+    fn read_retry(&self, seq: super::c_ulong) -> bool {
+        // SAFETY: `mni` is initialized; the inline reads the field plainly.
+        unsafe { (*self.mni.get()).invalidate_seq != seq }
+    }
+
+    /// `mmu_interval_set_seq()` (from the notifier call).
+    fn set_seq(&self, cur_seq: super::c_ulong) {
+        // SAFETY: `mni` is initialized; the inline's `WRITE_ONCE`.
+        unsafe { ptr::addr_of_mut!((*self.mni.get()).invalidate_seq).write_volatile(cur_seq) };
+    }
+
+    fn has_fired(&self) -> bool {
+        self.fired.load(Ordering::Relaxed)
+    }
+
+    /// A blocking watch's work item returned (`completion_done()`).
+    fn revoke_done(&self) -> bool {
+        // SAFETY: an initialized completion (type invariant).
+        unsafe { bindings::completion_done(self.revoked.get()) }
+    }
+
+    /// Waits until a blocking watch's work item returned.
+    fn wait_revoked(&self) {
+        // SAFETY: an initialized completion (type invariant).
+        unsafe { bindings::wait_for_completion(self.revoked.get()) };
+    }
+
+    /// Queues the work item that calls `changed` with `r`.
+    ///
+    /// # Safety
+    ///
+    /// Once per watch (`fired` was set by the caller); the watch stays
+    /// alive until the work item ran (it holds a reference to the owner,
+    /// which holds the watch).
+    unsafe fn queue(&self, r: *const super::c_void) {
+        self.work_ref.store(r.cast_mut(), Ordering::Release);
+        // SAFETY: initialized (type invariant), queued once, alive until it
+        // ran (the function's safety requirements); the queue exists while
+        // a watch is started (`Watches`).
+        unsafe { work::queue(self.work.get()) };
     }
 }
 
@@ -208,17 +377,36 @@ impl Invalidation {
 ///
 /// # Safety
 ///
-/// `w` is a started watch whose owner is a live `T` in an `Arc`.
+/// `w` is a started watch whose owner is a live `T` in an `Arc`, and its
+/// `fired` was set by this caller.
 #[cfg(CONFIG_MMU_NOTIFIER)]
-unsafe fn fire<T: AddressChange>(w: *mut raw::peermem_watch, how: Unmapping) {
-    // SAFETY: `w` is live (the function's safety requirements).
-    let owner = unsafe { raw::peermem_watch_owner(w) };
+unsafe fn fire<T: AddressChange>(w: &Watch, how: Unmapping) {
+    let owner = w.owner.load(Ordering::Acquire);
     // SAFETY: the owner of a started watch is a live `T` inside an `Arc`
     // (see `AddressWatch::start`), for the duration of this call.
     let borrowed = unsafe { ArcBorrow::<T>::from_raw(owner.cast::<T>()) };
     T::unmapping(&borrowed, how);
-    // SAFETY: `w` is live; the work item consumes the reference.
-    unsafe { raw::peermem_watch_queue(w, hold(&borrowed)) };
+    // SAFETY: once (the function's safety requirements); the work item
+    // consumes the reference, which keeps the owner and so the watch alive.
+    unsafe { w.queue(hold(&borrowed)) };
+}
+
+/// The `invalidate` of `ops::<T>()`: finds the watch of `mni`.
+///
+/// # Safety
+///
+/// Called by the kernel for an inserted notifier of `ops::<T>()`, the
+/// `mni` of a [`Watch`], with the `range` of the call.
+#[cfg(CONFIG_MMU_NOTIFIER)]
+unsafe extern "C" fn invalidate_tramp<T: AddressChange>(
+    mni: *mut bindings::mmu_interval_notifier,
+    range: *const bindings::mmu_notifier_range,
+    cur_seq: super::c_ulong,
+) -> bool {
+    let w = watch_of(mni, core::mem::offset_of!(Watch, mni));
+    // SAFETY: an inserted notifier is the `mni` of a live `Watch` (the
+    // function's safety requirements; it is removed before it is freed).
+    unsafe { invalidate::<T>(&*w, range, cur_seq) }
 }
 
 /// The interval notifier's `invalidate`: called with the mm's invalidation
@@ -231,30 +419,28 @@ unsafe fn fire<T: AddressChange>(w: *mut raw::peermem_watch, how: Unmapping) {
 ///
 /// # Safety
 ///
-/// Called by the C glue's notifier for the started watch `w`, with the
-/// kernel's `range` of the call.
+/// Called for the started watch `w`, with the kernel's `range` of the call.
 #[cfg(CONFIG_MMU_NOTIFIER)]
-unsafe extern "C" fn invalidate<T: AddressChange>(
-    w: *mut raw::peermem_watch,
-    range: *const super::c_void,
+unsafe fn invalidate<T: AddressChange>(
+    w: &Watch,
+    range: *const bindings::mmu_notifier_range,
     cur_seq: super::c_ulong,
 ) -> bool {
     // INVARIANT: the range of this call, used only during it.
     let inv = Invalidation { range };
-    // SAFETY: `w` is a started watch (the function's safety requirements).
-    unsafe {
-        if raw::peermem_watch_is_blocking(w) {
-            return invalidate_blocking::<T>(w, &inv, cur_seq);
-        }
-        raw::peermem_watch_set_seq(w, cur_seq);
-        if inv.event() != raw::peermem_mmu_event_PEERMEM_MMU_UNMAP
-            || !inv.mm_alive()
-            || raw::peermem_watch_test_and_set_fired(w)
-        {
-            return true;
-        }
-        fire::<T>(w, inv.unmap_how());
+    if w.blocking.load(Ordering::Relaxed) {
+        // SAFETY: `w` is a started watch (the function's safety requirements).
+        return unsafe { invalidate_blocking::<T>(w, &inv, cur_seq) };
     }
+    w.set_seq(cur_seq);
+    if inv.event() != bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP
+        || !inv.mm_alive()
+        || w.fired.swap(true, Ordering::SeqCst)
+    {
+        return true;
+    }
+    // SAFETY: `w` is started (the function's safety requirements); `fired` set just above.
+    unsafe { fire::<T>(w, inv.unmap_how()) };
     true
 }
 
@@ -285,44 +471,105 @@ unsafe extern "C" fn invalidate<T: AddressChange>(
 /// As for [`invalidate`].
 #[cfg(CONFIG_MMU_NOTIFIER)]
 unsafe fn invalidate_blocking<T: AddressChange>(
-    w: *mut raw::peermem_watch,
+    w: &Watch,
     inv: &Invalidation,
     cur_seq: super::c_ulong,
 ) -> bool {
-    // SAFETY: `w` is a started watch (the function's safety requirements).
-    unsafe {
-        // Revoked already (the work item returned): nothing left to wait
-        // for, so a call that may not block goes ahead.
-        if raw::peermem_watch_has_fired(w) && raw::peermem_watch_revoke_done(w) {
-            raw::peermem_watch_set_seq(w, cur_seq);
-            return true;
-        }
-        // Not a change of the range: no revocation, and the sequence stays
-        // (what a registration reads meanwhile is still good).
-        if inv.blocking_ignores() {
-            return true;
-        }
-        if !inv.blockable() {
-            return false;
-        }
-        raw::peermem_watch_set_seq(w, cur_seq);
-        if !raw::peermem_watch_test_and_set_fired(w) {
-            fire::<T>(w, inv.blocking_how());
-        }
-        // Also a concurrent second invalidation waits for the first one's work.
-        raw::peermem_watch_wait_revoked(w);
+    // Revoked already (the work item returned): nothing left to wait
+    // for, so a call that may not block goes ahead.
+    if w.has_fired() && w.revoke_done() {
+        w.set_seq(cur_seq);
+        return true;
     }
+    // Not a change of the range: no revocation, and the sequence stays
+    // (what a registration reads meanwhile is still good).
+    if inv.blocking_ignores() {
+        return true;
+    }
+    if !inv.blockable() {
+        return false;
+    }
+    w.set_seq(cur_seq);
+    if !w.fired.swap(true, Ordering::SeqCst) {
+        // SAFETY: `w` is started (the function's safety requirements);
+        // `fired` set just above.
+        unsafe { fire::<T>(w, inv.blocking_how()) };
+    }
+    // Also a concurrent second invalidation waits for the first one's work.
+    w.wait_revoked();
     true
 }
 
-/// The work item: the watched range changed; `r` is the reference `hold` took.
+/// Calls `T::changed` with the reference `hold::<T>` took.
 ///
 /// # Safety
 ///
-/// Called by the C glue once per `hold`, with what it returned.
-unsafe extern "C" fn changed<T: AddressChange>(r: *const super::c_void) {
+/// `r` came from `hold::<T>` and is not used after this.
+#[cfg(CONFIG_MMU_NOTIFIER)]
+unsafe fn changed<T: AddressChange>(r: *const super::c_void) {
     // SAFETY: `r` came from `Arc::into_raw` in `hold::<T>`; it is ours now.
     T::changed(unsafe { Arc::from_raw(r.cast::<T>()) });
+}
+
+/// The work item: the watched range changed; calls the owner's `changed`
+/// with the reference `hold` took, then (blocking watch) completes
+/// `revoked`. Not generic, so it keeps one symbol name, which tracing
+/// tests look for (`t_peermem_notifier_alloc`).
+///
+/// # Safety
+///
+/// Called by the kernel for the `work` of a [`Watch`], once, after
+/// `Watch::queue`.
+#[cfg(CONFIG_MMU_NOTIFIER)]
+#[no_mangle]
+unsafe extern "C" fn peermem_watch_work(work: *mut bindings::work_struct) {
+    let w = watch_of(work, core::mem::offset_of!(Watch, work));
+    // SAFETY: the watch is alive: the reference in `work_ref` keeps its
+    // owner, which holds it, alive.
+    let (blocking, r, changed) = unsafe {
+        (
+            (*w).blocking.load(Ordering::Relaxed),
+            (*w).work_ref.load(Ordering::Acquire),
+            (*w).changed,
+        )
+    };
+    // SAFETY: `r` came from `hold` for the watch's owner type, whose
+    // `changed` this is (`Watch::new`). This may free the watch (allowed
+    // in a work function).
+    unsafe { changed(r) };
+    // A blocking watch's notifier call waits for this, so the watch is
+    // still inserted and its owner alive.
+    if blocking {
+        // SAFETY: as just said; an initialized completion.
+        unsafe { bindings::complete_all((*w).revoked.get()) };
+    }
+}
+
+/// Without MMU notifiers there are no watches ([`AddressWatch::new`]
+/// returns none): a type without values.
+#[cfg(not(CONFIG_MMU_NOTIFIER))]
+enum Watch {}
+
+#[cfg(not(CONFIG_MMU_NOTIFIER))]
+impl Watch {
+    fn start<T: AddressChange>(&self, _: *const T, _: u64, _: u64) -> Result {
+        match *self {}
+    }
+    fn stop(&self) {
+        match *self {}
+    }
+    fn set_blocking(&self) {
+        match *self {}
+    }
+    fn read_begin(&self) -> Option<super::c_ulong> {
+        match *self {}
+    }
+    fn read_retry(&self, _: super::c_ulong) -> bool {
+        match *self {}
+    }
+    fn has_fired(&self) -> bool {
+        match *self {}
+    }
 }
 
 /// A sequence number of a watch's range, from [`AddressWatch::read_begin`].
@@ -334,19 +581,19 @@ pub(crate) struct ReadSeq(super::c_ulong);
 ///
 /// # Invariants
 ///
-/// `ptr` was returned by `peermem_watch_alloc` and is freed only by `drop`.
+/// `watch` was initialized by `Watch::new::<T>`.
 pub(crate) struct AddressWatch<T: AddressChange> {
-    ptr: NonNull<raw::peermem_watch>,
+    watch: Pin<KBox<Watch>>,
     _owner: PhantomData<fn(Arc<T>)>,
 }
 
-// SAFETY: the C object is used from any thread.
+// SAFETY: the kernel's notifier and work item are used from any thread.
 unsafe impl<T: AddressChange> Send for AddressWatch<T> {}
-// SAFETY: the C side serializes `peermem_watch_start` and
-// `peermem_watch_stop` of one watch with the watch's own mutex, so `start`
-// and `stop` through `&self` may run concurrently (a `stop` that finds the
-// watch not started returns at once; one that finds it started returns
-// once the notifier is removed, also when another `stop` removes it).
+// SAFETY: start and stop of one watch are serialized by the watch's own
+// mutex, so `start` and `stop` through `&self` may run concurrently (a
+// `stop` that finds the watch not started returns at once; one that finds
+// it started returns once the notifier is removed, also when another
+// `stop` removes it); the rest is atomics.
 unsafe impl<T: AddressChange> Sync for AddressWatch<T> {}
 
 impl<T: AddressChange> AddressWatch<T> {
@@ -357,12 +604,14 @@ impl<T: AddressChange> AddressWatch<T> {
         if !Watches::<T>::available() || super::mm::current_key() == 0 {
             return Ok(None);
         }
-        // SAFETY: FFI call without preconditions.
-        let p = unsafe { raw::peermem_watch_alloc() };
-        let ptr = NonNull::new(p).ok_or(ENOMEM)?;
-        // INVARIANT: from `peermem_watch_alloc`.
+        #[cfg(CONFIG_MMU_NOTIFIER)]
+        let watch = KBox::pin_init(Watch::new::<T>(), GFP_KERNEL)?;
+        // Unreachable: `available()` is false.
+        #[cfg(not(CONFIG_MMU_NOTIFIER))]
+        let watch: Pin<KBox<Watch>> = return Ok(None);
+        // INVARIANT: from `Watch::new::<T>`.
         Ok(Some(Self {
-            ptr,
+            watch,
             _owner: PhantomData,
         }))
     }
@@ -382,10 +631,9 @@ impl<T: AddressChange> AddressWatch<T> {
     /// keeps it alive otherwise).
     pub(crate) unsafe fn start(&self, owner: ArcBorrow<'_, T>, start: u64, len: u64) -> Result {
         let p: *const T = &*owner;
-        // SAFETY: `self.ptr` is a live watch (type invariant); `p` is the
-        // pointer `Arc::into_raw` would give for `owner`, valid until `stop`
-        // (the caller's obligation).
-        to_result(unsafe { raw::peermem_watch_start(self.ptr.as_ptr(), p.cast(), start, len) })
+        // `p` is the pointer `Arc::into_raw` would give for `owner`, valid
+        // until `stop` (the caller's obligation).
+        self.watch.start::<T>(p, start, len)
     }
 
     /// Makes this a blocking watch (for memory the owner holds no
@@ -395,49 +643,41 @@ impl<T: AddressChange> AddressWatch<T> {
     /// [`AddressChange::changed`] has returned (it still runs in the work
     /// item; see `invalidate_blocking`).
     pub(crate) fn set_blocking(&self) {
-        // SAFETY: a live watch (type invariant).
-        unsafe { raw::peermem_watch_set_blocking(self.ptr.as_ptr()) };
+        self.watch.set_blocking();
     }
 
     /// `mmu_interval_read_begin`: the sequence to check with
     /// [`AddressWatch::read_retry`] after reading the range's page tables.
     /// `None` if the watch is not started.
     pub(crate) fn read_begin(&self) -> Option<ReadSeq> {
-        let mut seq = 0;
-        // SAFETY: a live watch (type invariant); `seq` is writable.
-        unsafe { raw::peermem_watch_read_begin(self.ptr.as_ptr(), &mut seq) }
-            .then_some(ReadSeq(seq))
+        self.watch.read_begin().map(ReadSeq)
     }
 
     /// `mmu_interval_read_retry`: whether the range was invalidated since
     /// `seq` was read (then what was read may be stale).
     pub(crate) fn read_retry(&self, seq: ReadSeq) -> bool {
-        // SAFETY: a live watch (type invariant), started since `seq` came
-        // from `read_begin` (the C side only compares sequence numbers).
-        unsafe { raw::peermem_watch_read_retry(self.ptr.as_ptr(), seq.0) }
+        self.watch.read_retry(seq.0)
     }
 
     /// Whether the watch has fired (once per watch: the range was
     /// unmapped or moved, and [`AddressChange::changed`] is queued or ran).
     /// Set in the notifier, before the unmapping call returns to the process.
     pub(crate) fn has_fired(&self) -> bool {
-        // SAFETY: a live watch (type invariant).
-        unsafe { raw::peermem_watch_has_fired(self.ptr.as_ptr()) }
+        self.watch.has_fired()
     }
 
     /// Stops watching: when it returns, the notifier takes no new
     /// reference. Idempotent; sleeps.
     pub(crate) fn stop(&self) {
-        // SAFETY: a live watch (type invariant).
-        unsafe { raw::peermem_watch_stop(self.ptr.as_ptr()) };
+        self.watch.stop();
     }
 }
 
 impl<T: AddressChange> Drop for AddressWatch<T> {
     fn drop(&mut self) {
-        // SAFETY: a live watch, not used after this. Its work item, if it
-        // was queued, has run: it holds a reference to the owner, and an
-        // owner drops its watch only when its last reference is gone.
-        unsafe { raw::peermem_watch_free(self.ptr.as_ptr()) };
+        // Its work item, if it was queued, has run: it holds a reference
+        // to the owner, and an owner drops its watch only when its last
+        // reference is gone. The box is freed after this.
+        self.watch.stop();
     }
 }

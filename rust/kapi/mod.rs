@@ -14,9 +14,13 @@
 //!
 //! The raw side is one boundary: `ffi_generated.rs`, written by
 //! `scripts/bindgen.sh` during the build from `include/peermem_ffi.h` (our
-//! ABI headers and the prototypes of the C glue in `rust/helpers.c`). The
-//! C glue covers kernel interfaces whose Rust abstractions differ between
-//! the kernels peermem supports (6.12 LTS and 7.x). Each module names its
+//! ABI headers, the prototypes of the C glue in `rust/helpers.c`, and the
+//! exported kernel functions 6.12's `kernel::bindings` lacks, named on
+//! `bindgen-kernel:` lines). The C glue holds only what has no symbol:
+//! parameter definitions and one-line wrappers of static inlines and
+//! macros. Kernel structs come from `kernel::bindings`; a field is read
+//! from Rust only where its layout was checked equal to C's
+//! (`task_struct`'s is not: `current->mm` is a C one-liner). Each module names its
 //! upstream counterpart, so it can be replaced by the kernel crate's once
 //! 6.12 support is dropped:
 //!
@@ -34,7 +38,7 @@
 //! | [`dma`]          | physical runs mapped for DMA (`dma_map_resource`) | none |
 //! | [`kvmem`]        | arrays charged to the caller's memory cgroup | `kernel::alloc::KVVec` (6.13) |
 //! | [`sched`]        | `cond_resched`, fatal signals               | none |
-//! | [`debugfs`]      | counter and knob files                    | `kernel::debugfs` (6.18) |
+//! | [`debugfs`]      | counter, knob and action files (their `file_operations` here) | `kernel::debugfs` (6.18) |
 //! | [`procfs`]       | a read-only `/proc` file (`seq_file`)      | none |
 //! | [`object_count`] | live objects module unload waits for      | none |
 //! | [`module_param`] | module parameters                         | `kernel::module_param` (6.18) |
@@ -97,9 +101,9 @@ mod raw {
 // The C types of the generated bindings: the kernel's `ffi` crate from 6.13
 // on (c_char is u8, c_ulong usize), `core::ffi` before.
 #[cfg(not(peermem_ffi_crate))]
-use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
+use core::ffi::{c_char, c_int, c_long, c_ulong, c_void};
 #[cfg(peermem_ffi_crate)]
-use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
+use kernel::ffi::{c_char, c_int, c_long, c_ulong, c_void};
 
 /// The build's identity (`git describe` of its source, or "unknown"):
 /// `peermem_build` in `rust/helpers.c`.

@@ -10,20 +10,24 @@
 //! drop in declaration order), since unload may proceed as soon as it does.
 
 use super::raw;
+use core::sync::atomic::{AtomicI32, Ordering};
+use kernel::prelude::*;
+
+/// The live objects; the kernel's `wake_up_var()` wakes the waiter on it.
+static OBJECTS: AtomicI32 = AtomicI32::new(0);
 
 /// Membership in the count of live objects, which module unload waits to
 /// drop to zero (see [`wait_for_objects`]).
 ///
 /// # Invariants
 ///
-/// Each `ObjectCount` has added one to the C glue's count, which its drop removes.
+/// Each `ObjectCount` has added one to `OBJECTS`, which its drop removes.
 pub(crate) struct ObjectCount(());
 
 impl ObjectCount {
     /// Counts one more live object.
     pub(crate) fn new() -> Self {
-        // SAFETY: FFI call without preconditions.
-        unsafe { raw::peermem_objects_inc() };
+        OBJECTS.fetch_add(1, Ordering::Relaxed);
         // INVARIANT: counted just above.
         Self(())
     }
@@ -31,13 +35,23 @@ impl ObjectCount {
 
 impl Drop for ObjectCount {
     fn drop(&mut self) {
-        // SAFETY: this object was counted (type invariant).
-        unsafe { raw::peermem_objects_dec() };
+        // Full ordering, as `atomic_dec_and_test()`: what the object did
+        // happens before the waiter sees zero.
+        if OBJECTS.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // SAFETY: FFI call on the address of a static; never sleeps.
+            unsafe { kernel::bindings::wake_up_var(OBJECTS.as_ptr().cast()) };
+        }
     }
 }
 
-/// Sleeps until no [`ObjectCount`] exists.
+/// Sleeps until no [`ObjectCount`] exists; every 10 s says how many are left.
 pub(crate) fn wait_for_objects() {
-    // SAFETY: FFI call without preconditions; it may sleep (module exit does).
-    unsafe { raw::peermem_objects_wait() };
+    // SAFETY: FFI call on the address of a static, which `ObjectCount`'s
+    // drop wakes through `wake_up_var()`; it may sleep (module exit does).
+    while !unsafe { raw::peermem_wait_var_zero(OBJECTS.as_ptr(), 10) } {
+        pr_info!(
+            "unloading: waiting for {} registration object(s) still referenced by GPU free callbacks in flight\n",
+            OBJECTS.load(Ordering::Relaxed)
+        );
+    }
 }

@@ -12,7 +12,7 @@ use kernel::error::{code, Result};
 ///
 /// # Invariants
 ///
-/// `0` was filled by `peermem_sgt_alloc` (or is zeroed) and is freed on drop.
+/// `0` was filled by `sg_alloc_table` (or is zeroed) and is freed on drop.
 pub(crate) struct SgTable(kernel::bindings::sg_table);
 
 // SAFETY: plain memory owned by this object.
@@ -38,7 +38,16 @@ impl SgTable {
         // SAFETY: all-zero is the empty `struct sg_table`.
         let mut t = Self(unsafe { core::mem::zeroed() });
         // SAFETY: `t.0` is a valid, empty table to fill.
-        result_of(unsafe { raw::peermem_sgt_alloc(&mut t.0, nents) })?;
+        let ret = unsafe {
+            kernel::bindings::sg_alloc_table(&mut t.0, nents, kernel::bindings::GFP_KERNEL)
+        };
+        if let Err(e) = result_of(ret) {
+            // `sg_alloc_table` freed what it allocated: leave the table
+            // empty for the drop.
+            // SAFETY: all-zero is the empty `struct sg_table`.
+            t.0 = unsafe { core::mem::zeroed() };
+            return Err(e);
+        }
         Ok(t)
     }
 
@@ -74,8 +83,11 @@ impl SgTable {
 
 impl Drop for SgTable {
     fn drop(&mut self) {
-        // SAFETY: allocated by `peermem_sgt_alloc` or zeroed (type invariant).
-        unsafe { raw::peermem_sgt_free(&mut self.0) };
+        if !self.0.sgl.is_null() {
+            // SAFETY: allocated by `sg_alloc_table` (type invariant: a
+            // zeroed table has no `sgl`); not used after this.
+            unsafe { kernel::bindings::sg_free_table(&mut self.0) };
+        }
     }
 }
 
