@@ -62,7 +62,7 @@ void peermem_mmdrop(struct mm_struct *mm);
  * the rig's 7.3 debug kernel (its size 5184 for 5248), so its field
  * offsets cannot be trusted.
  */
-struct mm_struct *peermem_current_mm(void);
+/* peermem_current_mm(): peermem_ffi.h (rust/helpers.c). */
 unsigned int peermem_current_flags(void);
 /* from_kuid_munged(&init_user_ns, current_uid()). */
 u32 peermem_current_uid(void);

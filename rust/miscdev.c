@@ -61,11 +61,6 @@ void peermem_mmdrop(struct mm_struct *mm)
 	mmdrop(mm);
 }
 
-struct mm_struct *peermem_current_mm(void)
-{
-	return current->mm;
-}
-
 unsigned int peermem_current_flags(void)
 {
 	return current->flags;

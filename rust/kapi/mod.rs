@@ -101,9 +101,9 @@ mod raw {
 // The C types of the generated bindings: the kernel's `ffi` crate from 6.13
 // on (c_char is u8, c_ulong usize), `core::ffi` before.
 #[cfg(not(peermem_ffi_crate))]
-use core::ffi::{c_char, c_int, c_long, c_ulong, c_void};
+use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 #[cfg(peermem_ffi_crate)]
-use kernel::ffi::{c_char, c_int, c_long, c_ulong, c_void};
+use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 /// The build's identity (`git describe` of its source, or "unknown"):
 /// `peermem_build` in `rust/helpers.c`.
