@@ -46,8 +46,7 @@ enum peermem_pfn_const {
 	PEERMEM_PCI_ACS_REDIRECT = PCI_ACS_RR | PCI_ACS_CR | PCI_ACS_EC,
 };
 
-/* current->mm (NULL in a kernel thread that borrows none). */
-struct mm_struct *peermem_pfn_current_mm(void);
+/* current->mm: peermem_current_mm() (peermem_ffi.h). */
 /* mmap_read_lock_killable(), mmap_read_unlock(). */
 int peermem_mmap_read_lock_killable(struct mm_struct *mm);
 void peermem_mmap_read_unlock(struct mm_struct *mm);

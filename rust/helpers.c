@@ -1,13 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C glue of the peermem module: what Rust cannot express on every kernel
- * peermem builds on (6.12 LTS to 7.3). Module metadata and parameter
- * definitions (6.12's kernel crate has no module parameters; Rust reads
- * the variables, rust/kapi/module_param.rs), and one-line wrappers of
- * static inline functions and macros. Every decision, and every object
- * (watches, work items, the object count, debugfs files and their
- * operations), is Rust's, over the exported kernel functions bindgen
- * generates (include/peermem_ffi.h).
+ * What Rust cannot express on every kernel peermem builds on (6.12-7.3):
+ * module metadata, parameter definitions (read by rust/kapi/module_param.rs)
+ * and one-line wrappers of static inlines and macros. Every decision and
+ * object is Rust's, over bindgen's bindings (include/peermem_ffi.h).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -62,12 +58,7 @@ module_param_named(mmu_notifier, peermem_mmu_notifier, bool, 0444);
 MODULE_PARM_DESC(mmu_notifier,
 		 "Revoke a registration when the registering process unmaps or moves its address range (munmap, mremap), through an mmu interval notifier, as with freed GPU memory (default Y; only with enable_invalidate=Y). N: a registration keeps serving the GPU memory it pinned whatever the address means afterwards, as nvidia-peermem does");
 
-/*
- * NVIDIA's nvidia-peermem parameters, accepted so that a host whose
- * /etc/modprobe.d sets them keeps loading (the drop-in takes NVIDIA's
- * module name); rust/client/params.rs checks them and says what peermem
- * does with each (docs/module.md).
- */
+/* nvidia-peermem's parameters, accepted and checked (rust/client/params.rs). */
 int peermem_peerdirect_support;
 module_param_named(peerdirect_support, peermem_peerdirect_support, int, 0444);
 MODULE_PARM_DESC(peerdirect_support,

@@ -25,11 +25,6 @@ module_param_named(pfnmap_ram_only, peermem_pfnmap_ram_only, bool, 0444);
 MODULE_PARM_DESC(pfnmap_ram_only,
 		 "With pfnmap=Y, serve reserved RAM only, never a PCI device's memory BAR (default N: a BAR is served when the RDMA device can reach it peer-to-peer, as pci_p2pdma_distance says: both below one PCIe switch with no ACS redirect between them, or a host bridge the kernel knows to route peer-to-peer)");
 
-struct mm_struct *peermem_pfn_current_mm(void)
-{
-	return current->mm;
-}
-
 int peermem_mmap_read_lock_killable(struct mm_struct *mm)
 {
 	return mmap_read_lock_killable(mm);
