@@ -131,7 +131,7 @@ cd "$kdir"
 	-o "$tmp" -- "${clang[@]}" -I"$incdir" \
 	-DKBUILD_MODNAME='"peermem"' -D__KBUILD_MODNAME=peermem "${dep[@]}" ||
 	die "bindgen failed on $header (messages above)"
-grep -q 'peermem_debugfs_create' "$tmp" || die "bindgen produced no peermem items from $header"
+grep -q 'pub fn peermem_' "$tmp" || die "bindgen produced no peermem items from $header"
 # clang wrote paths relative to KDIR; make (and fixdep) read them from elsewhere.
 if [ -n "$depfile" ]; then
 	awk -v k="$kdir" '{ for (i = 1; i <= NF; i++) if ($i != "\\" && $i !~ /^\// && $i !~ /:$/) $i = k "/" $i; print }' \
