@@ -57,13 +57,12 @@ void peermem_vm_flags_mod(struct vm_area_struct *vma, unsigned long set,
 void peermem_mmgrab(struct mm_struct *mm);
 void peermem_mmdrop(struct mm_struct *mm);
 /*
- * current->mm, current->flags. Not read from Rust: bindgen's struct
- * task_struct (kernel::bindings) has mm at 936 where C has it at 984 on
- * the rig's 7.3 debug kernel (its size 5184 for 5248), so its field
- * offsets cannot be trusted.
+ * current->mm and whether current is a kernel thread: peermem_current_mm()
+ * and peermem_current_kthread() (peermem_ffi.h, rust/helpers.c). Not read
+ * from Rust: bindgen's struct task_struct (kernel::bindings) has mm at 936
+ * where C has it at 984 on the rig's 7.3 debug kernel (its size 5184 for
+ * 5248), so its field offsets cannot be trusted.
  */
-/* peermem_current_mm(): peermem_ffi.h (rust/helpers.c). */
-unsigned int peermem_current_flags(void);
 /* from_kuid_munged(&init_user_ns, current_uid()). */
 u32 peermem_current_uid(void);
 

@@ -61,11 +61,6 @@ void peermem_mmdrop(struct mm_struct *mm)
 	mmdrop(mm);
 }
 
-unsigned int peermem_current_flags(void)
-{
-	return current->flags;
-}
-
 u32 peermem_current_uid(void)
 {
 	return from_kuid_munged(&init_user_ns, current_uid());

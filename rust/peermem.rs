@@ -318,16 +318,18 @@ fn create_events_device() -> Result<client::events::Device> {
 /// the non-invalidating client.
 fn create_debugfs() -> Result<Debugfs> {
     let d = Debugfs::create()?;
-    stats::STATS.for_each(|name, c| d.add_u64(None, name, c.atomic()));
-    // Without its subdirectory (out of memory) the nc client has no files.
-    if let Some(nc) = d.subdir(c"nc") {
-        stats::STATS_NC.for_each(|name, c| d.add_u64(Some(&nc), name, c.atomic()));
-    }
-    // The PFN-map source's counters (docs/module.md, "PFN-mapped memory").
-    if let Some(pfn) = d.subdir(c"pfn") {
-        stats::STATS_PFN.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
-        stats::STATS_PFN_BAR.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
-        stats::STATS_PFN_WALK.for_each(|name, c| d.add_u64(Some(&pfn), name, c.atomic()));
+    // Each set of counters in its directory (`nc/`: the nc client's,
+    // `pfn/`: the PFN-map source's); without its subdirectory (out of
+    // memory) a set has no files.
+    for set in stats::Set::ALL {
+        match set.debugfs_dir() {
+            None => set.for_each(|name, c| d.add_u64(None, name, c.atomic())),
+            Some(dir) => {
+                if let Some(sub) = d.subdir(dir) {
+                    set.for_each(|name, c| d.add_u64(Some(&sub), name, c.atomic()));
+                }
+            }
+        }
     }
     stats::LAST_PIN.for_each(|name, value| d.add_hex(name, value));
     // Drops every cached watch pin (tests: "nothing pinned" after deregistering).

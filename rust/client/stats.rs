@@ -284,6 +284,54 @@ pub(crate) static STATS_PFN_BAR: BarStats = BarStats::new();
 /// The PFN-map source's walk counters, in `/sys/kernel/debug/peermem/pfn/`.
 pub(crate) static STATS_PFN_WALK: WalkStats = WalkStats::new();
 
+/// The sets of counters, each with its directory under debugfs (`None`:
+/// the top one) and its name in `/proc/driver/peermem`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Set {
+    /// `nv_mem`'s: debugfs's top directory, `client`.
+    Client,
+    /// `nv_mem_nc`'s: `nc/`, `client_nc`.
+    ClientNc,
+    /// The PFN-map source's: `pfn/`, `pfn`.
+    Pfn,
+}
+
+impl Set {
+    /// Every set, in the order they are shown.
+    pub(crate) const ALL: [Set; 3] = [Set::Client, Set::ClientNc, Set::Pfn];
+
+    /// Its debugfs subdirectory; `None` for the top directory.
+    pub(crate) fn debugfs_dir(self) -> Option<&'static CStr> {
+        match self {
+            Set::Client => None,
+            Set::ClientNc => Some(c"nc"),
+            Set::Pfn => Some(c"pfn"),
+        }
+    }
+
+    /// Its name in `/proc/driver/peermem`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Set::Client => "client",
+            Set::ClientNc => "client_nc",
+            Set::Pfn => "pfn",
+        }
+    }
+
+    /// Calls `f` with the name and counter of each of its counters.
+    pub(crate) fn for_each(self, mut f: impl FnMut(&'static CStr, &'static Counter)) {
+        match self {
+            Set::Client => STATS.for_each(f),
+            Set::ClientNc => STATS_NC.for_each(f),
+            Set::Pfn => {
+                STATS_PFN.for_each(&mut f);
+                STATS_PFN_BAR.for_each(&mut f);
+                STATS_PFN_WALK.for_each(&mut f);
+            }
+        }
+    }
+}
+
 /// The counters anyone may read: `/proc/driver/peermem`, one line
 /// `SET NAME VALUE` a counter, SET `client` ([`STATS`]), `client_nc`
 /// ([`STATS_NC`]) or `pfn` (the PFN-map source's). They are sums over
@@ -298,16 +346,19 @@ pub(crate) struct PublicCounters;
 impl ProcShow for PublicCounters {
     fn show(out: &mut ProcText<'_>) -> fmt::Result {
         let mut res = Ok(());
-        let mut line = |set: &str, name: &CStr, c: &Counter| {
-            if res.is_ok() {
-                res = writeln!(out, "{} {} {}", set, name.to_str().unwrap_or("?"), c.get());
-            }
-        };
-        STATS.for_each(|n, c| line("client", n, c));
-        STATS_NC.for_each(|n, c| line("client_nc", n, c));
-        STATS_PFN.for_each(|n, c| line("pfn", n, c));
-        STATS_PFN_BAR.for_each(|n, c| line("pfn", n, c));
-        STATS_PFN_WALK.for_each(|n, c| line("pfn", n, c));
+        for set in Set::ALL {
+            set.for_each(|name, c| {
+                if res.is_ok() {
+                    res = writeln!(
+                        out,
+                        "{} {} {}",
+                        set.name(),
+                        name.to_str().unwrap_or("?"),
+                        c.get()
+                    );
+                }
+            });
+        }
         res
     }
 }

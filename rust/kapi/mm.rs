@@ -31,11 +31,7 @@ unsafe impl Sync for MmRef {}
 impl MmRef {
     /// The caller's address space; `None` in a kernel thread.
     pub(crate) fn current() -> Option<Self> {
-        let (kthread, mm) = current_mm();
-        if kthread {
-            return None;
-        }
-        let mm = NonNull::new(mm)?;
+        let mm = current_user_mm()?;
         // SAFETY: the caller's own mm, live while it runs.
         unsafe { raw::peermem_mmgrab(mm.as_ptr()) };
         // INVARIANT: a reference from `mmgrab`.
@@ -52,8 +48,7 @@ impl MmRef {
 
     /// Whether the caller runs in this address space.
     pub(crate) fn is_current(&self) -> bool {
-        let (kthread, mm) = current_mm();
-        !kthread && mm == self.mm.as_ptr()
+        current_user_mm() == Some(self.mm)
     }
 }
 
@@ -64,17 +59,14 @@ impl Drop for MmRef {
     }
 }
 
-/// Whether the caller is a kernel thread, and its `mm` (a kernel thread
-/// may have borrowed a user address space: not its own).
-fn current_mm() -> (bool, *mut kernel::bindings::mm_struct) {
-    // SAFETY: FFI calls without preconditions (they read the caller's
-    // own task).
-    unsafe {
-        (
-            raw::peermem_current_flags() & kernel::bindings::PF_KTHREAD != 0,
-            raw::peermem_current_mm(),
-        )
-    }
+/// The caller's own user address space: `None` in a kernel thread (which
+/// may have borrowed one that is not its own) or a task without one. Valid
+/// while the caller runs.
+pub(crate) fn current_user_mm() -> Option<NonNull<kernel::bindings::mm_struct>> {
+    // SAFETY: FFI calls without preconditions (they read the caller's own
+    // task; C reads `current`, whose Rust layout cannot be trusted).
+    let (kthread, mm) = unsafe { (raw::peermem_current_kthread(), raw::peermem_current_mm()) };
+    NonNull::new(mm).filter(|_| !kthread)
 }
 
 /// The caller's address space as a key (its `mm_struct`'s address; 0 in
@@ -82,13 +74,7 @@ fn current_mm() -> (bool, *mut kernel::bindings::mm_struct) {
 /// spaces alive, or kept alive by an `mmgrab` (an [`MmRef`], a started
 /// [`super::mmu_notifier::AddressWatch`]), at the time of the call.
 pub(crate) fn current_key() -> usize {
-    // SAFETY: FFI calls without preconditions.
-    unsafe {
-        if raw::peermem_current_kthread() {
-            return 0;
-        }
-        raw::peermem_current_mm() as usize
-    }
+    current_user_mm().map_or(0, |mm| mm.as_ptr() as usize)
 }
 
 /// The caller's real user id, as the initial user namespace sees it (the

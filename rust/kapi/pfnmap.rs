@@ -98,9 +98,7 @@ impl MmReadGuard {
     /// or a task without one, `EINTR` if a fatal signal came while it
     /// waited for the lock.
     pub(crate) fn lock_current() -> Result<Self> {
-        // SAFETY: FFI calls without preconditions.
-        let (mm, kthread) = unsafe { (raw::peermem_current_mm(), raw::peermem_current_kthread()) };
-        let mm = NonNull::new(mm).filter(|_| !kthread).ok_or(code::EINVAL)?;
+        let mm = super::mm::current_user_mm().ok_or(code::EINVAL)?;
         // SAFETY: the caller's own mm, alive while it runs.
         if unsafe { raw::peermem_mmap_read_lock_killable(mm.as_ptr()) } != 0 {
             return Err(code::EINTR);
