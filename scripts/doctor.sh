@@ -266,18 +266,22 @@ else
 	for m in $pm; do
 		d=$S/kernel/debug/$m
 		rdv v "$S/module/$m/version"
+		# The counters: debugfs (root), else the file anyone may read
+		# (docs/module.md, "Counters").
+		from=''
 		if [ -r "$d/registrations_acquired" ]; then
 			rdv acq "$d/registrations_acquired"; rdv relz "$d/registrations_released"; rdv err "$d/errors"
-			rdv pname "$S/module/$m/parameters/peer_name"; rdv nc "$S/module/$m/parameters/enable_nc"
-			ncname=''; [ "$nc" != Y ] || ncname=", ${pname}_nc"
-			say PASS peermem "$m $v loaded and registered ($pname$ncname); live registrations $((acq - relz)), errors $err"
 		elif [ -r "$P/driver/peermem" ]; then
-			# The counters anyone may read (docs/module.md, "Counters").
 			pc() { awk -v n="$1" '$1 == "client" && $2 == n { print $3 }' "$P/driver/peermem"; }
 			acq=$(pc registrations_acquired); relz=$(pc registrations_released); err=$(pc errors)
+			from=' (from /proc/driver/peermem)'
+		else
+			acq=''
+		fi
+		if [ -n "$acq" ]; then
 			rdv pname "$S/module/$m/parameters/peer_name"; rdv nc "$S/module/$m/parameters/enable_nc"
 			ncname=''; [ "$nc" != Y ] || ncname=", ${pname}_nc"
-			say PASS peermem "$m $v loaded and registered ($pname$ncname); live registrations $((${acq:-0} - ${relz:-0})), errors ${err:-0} (from /proc/driver/peermem)"
+			say PASS peermem "$m $v loaded and registered ($pname$ncname); live registrations $((acq - ${relz:-0})), errors ${err:-0}$from"
 		elif [ -d "$S/kernel/debug" ] && [ -z "$(ls -A "$S/kernel/debug" 2>/dev/null)" ]; then
 			say WARN peermem "$m $v loaded (it registers at load or fails to load); debugfs is not mounted or not readable, so no counters: mount -t debugfs none /sys/kernel/debug (as root)"
 		else
