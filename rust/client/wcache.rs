@@ -86,26 +86,45 @@ struct Entry<T> {
     len: u64,
     /// GPU memory its watch pin covers (the aligned range).
     bytes: u64,
-    /// When it was parked: the smallest goes first.
-    stamp: u64,
     reg: Arc<T>,
 }
 
 /// The cache's table.
+///
+/// # Invariants
+///
+/// `slots[..entries]` are `Some`, in the order they were parked (the
+/// oldest first), and `slots[entries..]` are `None`; `bytes` is the sum of
+/// their `bytes`. So a lookup reads only the entries there are, from the
+/// newest, and the oldest of a process is the first of its in the order,
+/// with no age to compare: a miss (a range registered for the first time,
+/// which evicts the oldest entry to park its own) costs a few comparisons
+/// per entry instead of a pass over every slot for each of its three
+/// steps.
 struct Table<T> {
     slots: [Option<Entry<T>>; MAX_ENTRIES as usize],
-    /// Entries in `slots`.
+    /// Entries in `slots`, all at its start.
     entries: u32,
     /// Sum of the entries' `bytes`.
     bytes: u64,
-    /// The next stamp.
-    clock: u64,
 }
 
 impl<T> Table<T> {
-    /// Takes out slot `i`'s entry.
+    /// The entries, oldest first.
+    fn live(&self) -> &[Option<Entry<T>>] {
+        &self.slots[..self.entries as usize]
+    }
+
+    /// Takes out the entry at `i`, moving the newer ones down one slot
+    /// (order and compactness kept).
     fn take_slot(&mut self, i: usize) -> Option<Arc<T>> {
-        let e = self.slots.get_mut(i)?.take()?;
+        let n = self.entries as usize;
+        if i >= n {
+            return None;
+        }
+        let e = self.slots[i].take()?;
+        // `slots[i]` is `None` now; it moves to the end of the entries.
+        self.slots[i..n].rotate_left(1);
         self.entries -= 1;
         self.bytes -= e.bytes;
         Some(e.reg)
@@ -114,40 +133,46 @@ impl<T> Table<T> {
     /// Takes out the oldest entry of `owner`'s, if any.
     fn take_oldest(&mut self, owner: ThreadGroup) -> Option<Arc<T>> {
         let i = self
-            .slots
+            .live()
             .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                s.as_ref()
-                    .filter(|e| e.owner == owner)
-                    .map(|e| (i, e.stamp))
-            })
-            .min_by_key(|&(_, stamp)| stamp)?
-            .0;
+            .position(|s| s.as_ref().is_some_and(|e| e.owner == owner))?;
         self.take_slot(i)
     }
 
-    /// Takes out the first entry (of `owner`'s, if given), if any.
+    /// Takes out the oldest entry (of `owner`'s, if given), if any.
     fn take_any(&mut self, owner: Option<ThreadGroup>) -> Option<Arc<T>> {
-        let i = self.slots.iter().position(|s| {
+        let i = self.live().iter().position(|s| {
             s.as_ref()
                 .is_some_and(|e| owner.is_none_or(|o| e.owner == o))
         })?;
         self.take_slot(i)
     }
 
-    /// The slot of the entry of `[addr, addr + len)` of address space `mm`.
+    /// The index of the entry for `mm`'s `[addr, addr + len)`, if parked;
+    /// the newest first (a range registered again is most likely a recent
+    /// one).
     fn find(&self, mm: usize, addr: u64, len: u64) -> Option<usize> {
-        self.slots.iter().position(|s| {
+        self.live().iter().rposition(|s| {
             s.as_ref()
-                .is_some_and(|e| e.mm == mm && e.addr == addr && e.len == len)
+                .is_some_and(|e| e.addr == addr && e.len == len && e.mm == mm)
         })
     }
 
-    /// Whether one more entry of `bytes` fits the limits.
+    /// Whether an entry of `bytes` fits in the limits.
     fn fits(&self, bytes: u64) -> bool {
         self.entries < LIMIT_ENTRIES.load(Ordering::Relaxed)
             && self.bytes.saturating_add(bytes) <= LIMIT_BYTES.load(Ordering::Relaxed)
+    }
+
+    /// Appends an entry (the newest); `false` if the table is full.
+    fn push(&mut self, e: Entry<T>) -> bool {
+        let Some(slot) = self.slots.get_mut(self.entries as usize) else {
+            return false;
+        };
+        self.bytes += e.bytes;
+        *slot = Some(e);
+        self.entries += 1;
+        true
     }
 }
 
@@ -195,7 +220,6 @@ impl<T: Parkable> WatchCache<T> {
                 slots: [const { None }; MAX_ENTRIES as usize],
                 entries: 0,
                 bytes: 0,
-                clock: 0,
             }),
         }
     }
@@ -219,7 +243,7 @@ impl<T: Parkable> WatchCache<T> {
     pub(crate) fn remove(&self, reg: &T) -> Option<Arc<T>> {
         let mut t = self.table.lock();
         let i = t
-            .slots
+            .live()
             .iter()
             .position(|s| s.as_ref().is_some_and(|e| core::ptr::eq::<T>(&*e.reg, reg)))?;
         t.take_slot(i)
@@ -259,23 +283,14 @@ impl<T: Parkable> WatchCache<T> {
         if t.find(mm, addr, len).is_some() || !t.fits(bytes) {
             return false;
         }
-        let Some(i) = t.slots.iter().position(|s| s.is_none()) else {
-            return false;
-        };
-        let stamp = t.clock;
-        t.clock += 1;
-        t.slots[i] = Some(Entry {
+        t.push(Entry {
             mm,
             owner: ThreadGroup::current(),
             addr,
             len,
             bytes,
-            stamp,
             reg: reg.clone(),
-        });
-        t.entries += 1;
-        t.bytes += bytes;
-        true
+        })
     }
 
     /// `release` of a registration that may be parked: parks it (making room
