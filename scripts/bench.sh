@@ -241,8 +241,8 @@ build gpusim make -C "$tree/tests/gpusim" -j3 "${margs[@]}"
 build peermem make -C "$tree" -j3 "${margs[@]}"
 # BENCH_PM_CALIBRATION=aa|onepin: nvidia-peermem itself, built under the
 # name peermem (aa), or with its probe pin compiled out (onepin), in
-# peermem's turn (tests/nvpeermem/build.sh --calibration; a calibration,
-# issue 26: docs/benchmarks.md "What the rest is").
+# peermem's turn (tests/nvpeermem/build.sh --calibration; docs/history.md,
+# "Code footprint under TCG, and a calibration").
 calib=
 case ${BENCH_PM_CALIBRATION:-} in
 '') ;;

@@ -36,8 +36,8 @@
 #    peer_mem.h} of that tag, takes NV_VERSION_STRING from the tag's
 #    version.mk, and checks that every header nvidia-peermem.c includes is
 #    there (conftest.h is written per build, as in 3.).
-# 7. --calibration DIR (the benchmark's calibration, docs/benchmarks.md
-#    "What the rest is"): also builds the Debian nvidia-peermem.c under the
+# 7. --calibration DIR (the benchmark's calibration, docs/history.md,
+#    "Code footprint under TCG, and a calibration"): also builds the Debian nvidia-peermem.c under the
 #    module name peermem, so that scripts/bench.sh can run it in peermem's
 #    turn (BENCH_PM_KO=DIR/aa/peermem.ko: an A/A run), and a variant with
 #    nv_mem_acquire's probe pin (its nvidia_p2p_get_pages and put_pages)

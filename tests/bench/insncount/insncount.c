@@ -5,7 +5,7 @@
  * a deterministic profile of the work a guest operation does, which the
  * host's load cannot move (the benchmark kernel has no ftrace, kprobes or
  * BPF, and under a loaded host its CPU profiles and timings move by 2x
- * from pass to pass; docs/benchmarks.md, issue 26).
+ * from pass to pass; docs/history.md, "Guest instructions counted").
  *
  * Markers (instructions no compiler emits): "xchg %r13,%r13" (4d 87 ed)
  * zeroes every count; "xchg %r14,%r14" (4d 87 f6) appends, to the file
