@@ -129,11 +129,6 @@ bool peermem_current_kthread(void);
 bool peermem_current_compat(void);	/* in_compat_syscall() */
 long peermem_current_syscall_nr(void);
 
-/* ---- Free-callback references (rust/kapi/cbref.rs): the registry's spinlock */
-
-void peermem_cbrefs_lock(void);
-void peermem_cbrefs_unlock(void);
-
 /* ---- debugfs: /sys/kernel/debug/peermem/ (rust/kapi/debugfs.rs) */
 
 /*

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * peermem_miscdev.h - what the revocation event channel (/dev/peermem)
- * takes from C: its module parameters and event spinlock (C definitions,
- * macros), one-line wrappers of the static inline functions and macros it
+ * takes from C: its module parameters (C definitions, macros), one-line wrappers of the static inline functions and macros it
  * needs (rust/miscdev.c), and the exported kernel items that
  * kernel::bindings lacks on 6.12. The file operations, the misc device,
  * waiting and waking, user copies and the mapping are in
@@ -17,7 +16,6 @@
 
 #include <linux/types.h>
 #include <linux/miscdevice.h>
-#include <linux/spinlock_types.h>
 
 #include "uapi/peermem.h"
 
@@ -36,10 +34,6 @@ extern bool peermem_param_events;
 extern unsigned int peermem_param_event_queue_len;
 /* event_files_per_user: open files per user (checked in Rust). */
 extern unsigned int peermem_param_event_files_per_user;
-
-/* ---- The global event lock (a spinlock, never held across a sleep) */
-
-extern spinlock_t peermem_events_spinlock;
 
 /* ---- Wrappers of static inline functions and macros */
 

@@ -179,20 +179,6 @@ long peermem_current_syscall_nr(void)
 	return syscall_get_nr(current, task_pt_regs(current));
 }
 
-/* ---- Free-callback references: the registry's lock (rust/kapi/cbref.rs) */
-
-static DEFINE_SPINLOCK(peermem_cbrefs_spin);
-
-void peermem_cbrefs_lock(void)
-{
-	spin_lock(&peermem_cbrefs_spin);
-}
-
-void peermem_cbrefs_unlock(void)
-{
-	spin_unlock(&peermem_cbrefs_spin);
-}
-
 /* ---- debugfs: rust/kapi/debugfs.rs builds the files' operations */
 
 struct dentry *peermem_debugfs_create_file(const char *name, umode_t mode, struct dentry *parent,

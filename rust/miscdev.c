@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * What the revocation event channel (/dev/peermem) cannot have in Rust:
- * its module parameters, the event spinlock (DEFINE_SPINLOCK) and one-line
- * wrappers of static inline functions and macros (include/peermem_miscdev.h).
+ * its module parameters and one-line wrappers of static inline functions
+ * and macros (include/peermem_miscdev.h).
  * The device, its file operations and the decisions are in
  * rust/kapi/miscdev.rs, rust/kapi/mm.rs and rust/client/events.rs.
  */
@@ -28,8 +28,6 @@ unsigned int peermem_param_event_files_per_user = 1024;
 module_param_named(event_files_per_user, peermem_param_event_files_per_user, uint, 0444);
 MODULE_PARM_DESC(event_files_per_user,
 		 "Open /dev/peermem files one user may hold at once (each holds its queue and a page of kernel memory, charged to the opener's memory cgroup); one more open fails with EMFILE. 1-65536, default 1024");
-
-DEFINE_SPINLOCK(peermem_events_spinlock);
 
 void peermem_poll_wait(struct file *file, struct wait_queue_head *wq, poll_table *pt)
 {

@@ -28,9 +28,9 @@
 //! processes cannot be given back: their pins are left to their free
 //! callbacks, which unload waits for (`pins_left_to_callback`).
 //!
-//! Entries live in a small table in a `static` under the C glue's global
-//! spinlock (never held across anything but the table's own work, never
-//! together with another guard of that lock). A registration is in the
+//! Entries live in a small table in a `static` under the event spinlock
+//! (`kapi::global_lock`; never held across anything but the table's own
+//! work, never together with another guard of that lock). A registration is in the
 //! table only while its `parked` mark is set (under its own lock); the
 //! table's reference belongs to whoever takes the entry out of the table.
 //!

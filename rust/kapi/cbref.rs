@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! References handed to C callbacks by id rather than by pointer: a
-//! registry (a red-black tree under a spinlock of the C glue) maps
-//! never-reused ids to `Arc<T>` references. Upstream counterpart:
+//! registry (a red-black tree under a static spinlock,
+//! `kapi::global_lock`) maps never-reused ids to `Arc<T>` references. Upstream counterpart:
 //! `kernel::xarray::XArray` (6.14), which 6.12 lacks; an xarray with
 //! ever-growing ids costs every registration a path of fresh nodes and
 //! their RCU frees (issue 26), the tree one small allocation (made before

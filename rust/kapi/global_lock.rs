@@ -1,18 +1,122 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Data in a `static` under a spinlock of the C glue. A Rust `static`
-//! cannot hold the kernel crate's `SpinLock` (it needs pinned
+//! Data in a `static` under a spinlock that is itself a `static`. A Rust
+//! `static` cannot hold the kernel crate's `SpinLock` (it needs pinned
 //! initialisation at run time); the revocation event queues must be found
 //! from the GPU driver's free callback and an mmu notifier, which cannot
-//! sleep or allocate, so they live in a `static` under this lock.
+//! sleep or allocate, so they live in a `static` under such a lock,
+//! initialised at its first use ([`StaticSpinLock`]).
 //! Upstream counterpart: `kernel::sync::global_lock!` (6.16), which 6.12 lacks.
 
-use super::raw;
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicU8, Ordering};
+use kernel::bindings;
+use kernel::types::Opaque;
 
-/// One of the C glue's static spinlocks.
+/// [`StaticSpinLock::state`]: not initialised yet.
+const UNINIT: u8 = 0;
+/// Being initialised by the thread that won the race to do it.
+const INITIALISING: u8 = 1;
+/// Initialised: usable.
+const READY: u8 = 2;
+
+/// A kernel spinlock in a `static`, with its own lockdep class, initialised
+/// by whichever thread takes it first (so no load order can use it
+/// uninitialised). Taking it costs one acquire load more than a
+/// `DEFINE_SPINLOCK`.
+///
+/// # Invariants
+///
+/// `lock` is an initialised `spinlock_t` (named `name`, of the lock class
+/// `key`) once `state` is `READY`, and `state` never leaves `READY`; until
+/// then only the one thread that moved `state` from `UNINIT` to
+/// `INITIALISING` touches `lock`. `name` ends with a NUL.
+pub(crate) struct StaticSpinLock {
+    state: AtomicU8,
+    lock: Opaque<bindings::spinlock_t>,
+    key: Opaque<bindings::lock_class_key>,
+    name: &'static [u8],
+}
+
+// SAFETY: the spinlock is shared by design; its fields are touched only by
+// the kernel's lock functions once it is initialised, and by one thread
+// before that (type invariant).
+unsafe impl Sync for StaticSpinLock {}
+
+impl StaticSpinLock {
+    /// A lock for a `static`; `name` (with its NUL) names it to lockdep.
+    pub(crate) const fn new(name: &'static [u8]) -> Self {
+        assert!(!name.is_empty() && name[name.len() - 1] == 0);
+        Self {
+            state: AtomicU8::new(UNINIT),
+            lock: Opaque::uninit(),
+            key: Opaque::uninit(),
+            name,
+        }
+    }
+
+    /// The initialised spinlock: initialises it if no thread has.
+    fn ready(&self) -> *mut bindings::spinlock_t {
+        if self.state.load(Ordering::Acquire) != READY {
+            self.init_slow();
+        }
+        self.lock.get()
+    }
+
+    #[cold]
+    fn init_slow(&self) {
+        match self.state.compare_exchange(
+            UNINIT,
+            INITIALISING,
+            Ordering::Acquire,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                // SAFETY: this thread alone moved `state` off `UNINIT`, so
+                // no other touches `lock` until `READY` (type invariant);
+                // `key` lives in a `static` (lockdep wants a static key),
+                // `name` ends with a NUL (checked in `new`).
+                unsafe {
+                    bindings::__spin_lock_init(
+                        self.lock.get(),
+                        self.name.as_ptr().cast(),
+                        self.key.get(),
+                    )
+                };
+                // INVARIANT: initialised before `READY` is published.
+                self.state.store(READY, Ordering::Release);
+            }
+            Err(_) => {
+                // Another thread initialises it; a few instructions' wait.
+                while self.state.load(Ordering::Acquire) != READY {
+                    core::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    /// Spins until the lock is ours.
+    fn lock(&self) {
+        let l = self.ready();
+        // SAFETY: an initialised spinlock (`ready`).
+        unsafe { bindings::spin_lock(l) };
+    }
+
+    /// Releases the lock.
+    ///
+    /// # Safety
+    ///
+    /// This thread holds the lock.
+    unsafe fn unlock(&self) {
+        // SAFETY: held by this thread, so initialised (the caller's
+        // guarantee).
+        unsafe { bindings::spin_unlock(self.lock.get()) };
+    }
+}
+
+/// One of the module's static spinlocks.
 pub(crate) trait GlobalLock {
     /// Spins until the lock is ours.
     fn lock();
@@ -24,38 +128,40 @@ pub(crate) trait GlobalLock {
     unsafe fn unlock();
 }
 
-/// The event lock (`peermem_events_spinlock`, a `DEFINE_SPINLOCK` in
-/// `rust/miscdev.c`): the event queues, the watch cache.
+/// The event lock: the event queues, the watch cache.
+static EVENTS_SPIN: StaticSpinLock = StaticSpinLock::new(b"peermem_events\0");
+
+/// The event lock's [`GlobalLock`].
 pub(crate) struct EventsLock;
 
 impl GlobalLock for EventsLock {
     fn lock() {
-        // SAFETY: a spinlock initialised at compile time (DEFINE_SPINLOCK),
-        // accessed only through the kernel's lock functions.
-        unsafe { kernel::bindings::spin_lock(&raw mut raw::peermem_events_spinlock) };
+        EVENTS_SPIN.lock();
     }
     unsafe fn unlock() {
         // SAFETY: held by this thread (the caller's guarantee).
-        unsafe { kernel::bindings::spin_unlock(&raw mut raw::peermem_events_spinlock) };
+        unsafe { EVENTS_SPIN.unlock() };
     }
 }
 
-/// The callback-reference registry's lock (`peermem_cbrefs_lock`).
+/// The callback-reference registry's lock.
+static CBREFS_SPIN: StaticSpinLock = StaticSpinLock::new(b"peermem_cbrefs\0");
+
+/// The callback-reference registry's [`GlobalLock`].
 pub(crate) struct CbrefsLock;
 
 impl GlobalLock for CbrefsLock {
     fn lock() {
-        // SAFETY: FFI call without preconditions.
-        unsafe { raw::peermem_cbrefs_lock() };
+        CBREFS_SPIN.lock();
     }
     unsafe fn unlock() {
         // SAFETY: held by this thread (the caller's guarantee).
-        unsafe { raw::peermem_cbrefs_unlock() };
+        unsafe { CBREFS_SPIN.unlock() };
     }
 }
 
-/// A `T` guarded by one of the C glue's spinlocks, `L` (by default the
-/// event spinlock, `peermem_events_spinlock`). Every `EventsLocked` with the
+/// A `T` guarded by one of the module's static spinlocks, `L` (by default
+/// the event lock, [`EventsLock`]). Every `EventsLocked` with the
 /// same `L` shares that one lock: never hold two guards of it at once (the
 /// second would spin forever). Never sleep holding one.
 ///

@@ -28,7 +28,7 @@
 //! |------------------|-------------------------------------------|----------------------|
 //! | [`peer_mem`]     | peer-memory core client (OFED)            | none (OFED `peer_mem.h`) |
 //! | [`nvidia_p2p`]   | pinned page table and its DMA mapping     | none (NVIDIA `nv-p2p.h`) |
-//! | [`cbref`]        | registry of free-callback references      | none (an `RBTree` under a C spinlock; `kernel::xarray` (6.14) churns nodes) |
+//! | [`cbref`]        | registry of free-callback references      | none (an `RBTree` under a static spinlock; `kernel::xarray` (6.14) churns nodes) |
 //! | [`device`]       | DMA device, PCI device                    | `kernel::device`, `kernel::pci` |
 //! | [`scatterlist`]  | scatter-gather tables                     | `kernel::scatterlist` (6.18) |
 //! | [`mmu_notifier`] | address-range watches                     | none yet (`mmu_interval_notifier`) |
@@ -46,7 +46,7 @@
 //! | [`sync`]         | lock and condition variable               | `kernel::sync` |
 //! | [`miscdev`]      | misc character device, its files          | `kernel::miscdevice` (6.13) |
 //! | [`mm`]           | address-space keys, a page shared with users | `kernel::mm` (6.14), `kernel::page` |
-//! | [`global_lock`]  | a `static` under the C glue's spinlock    | `kernel::sync::global_lock!` (6.16) |
+//! | [`global_lock`]  | a `static` under a static spinlock, initialised at first use | `kernel::sync::global_lock!` (6.16) |
 //! | [`uapi`]         | `include/uapi/peermem.h`                  | none |
 
 use core::ffi::CStr;
