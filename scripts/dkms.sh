@@ -34,7 +34,8 @@
 #   - loads the module at boot after openibd and the GPU driver, and again
 #     after an openibd or nvidia-persistenced restart: the systemd unit
 #     /etc/systemd/system/peermem.service (dkms/peermem.service.in),
-#     enabled (WantedBy multi-user.target and openibd.service, PartOf both).
+#     enabled (WantedBy multi-user.target, openibd.service and
+#     nvidia-persistenced.service; PartOf the last two).
 #     --no-boot-load leaves the unit out (load it yourself, e.g. from the
 #     unit that starts your jobs);
 #   - `dkms add`, then `dkms install` for each kernel (default: every

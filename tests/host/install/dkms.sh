@@ -210,8 +210,9 @@ if command -v systemd-analyze >/dev/null; then
 fi
 if [ "$(dk_unit_mod)" = nvidia_peermem ] && grep -qx 'After=openibd.service nvidia-persistenced.service systemd-modules-load.service' "$ml" &&
 	grep -qx 'PartOf=openibd.service nvidia-persistenced.service' "$ml" && [ -L /etc/systemd/system/multi-user.target.wants/peermem.service ] &&
-	[ -L /etc/systemd/system/openibd.service.wants/peermem.service ] && [ "$verify" != "${verify#[os]}" ]; then
-	ok "dkms: the package's systemd unit loads nvidia_peermem after openibd and nvidia-persistenced and again after their restarts (PartOf), enabled for multi-user.target and openibd.service (systemd-analyze verify: $verify)"
+	[ -L /etc/systemd/system/openibd.service.wants/peermem.service ] &&
+	[ -L /etc/systemd/system/nvidia-persistenced.service.wants/peermem.service ] && [ "$verify" != "${verify#[os]}" ]; then
+	ok "dkms: the package's systemd unit loads nvidia_peermem after openibd and nvidia-persistenced and again after their restarts (PartOf), enabled for multi-user.target, openibd.service and nvidia-persistenced.service (systemd-analyze verify: $verify)"
 else
 	notok "dkms: the systemd unit (loads '$(dk_unit_mod)'; verify: $verify; wants links: $(ls /etc/systemd/system/*.wants/peermem.service 2>/dev/null | tr '\n' ' '))"
 fi

@@ -243,6 +243,22 @@ else rc=unit-not-PartOf-openibd out=$(grep '^PartOf' "$unit"); fi
 if [ "$rc" = 0 ] && [ -d "$core/nv_mem" ] && [ "$(rd /sys/module/nvidia_peermem/version)" = "$UB_VERSION" ]; then
 	ok "after it, peermem.service (PartOf openibd.service: restarted with it, after it) loads nvidia_peermem again, which registers with the new core"
 else nok "peermem.service after the force-restart" "rc $rc: $out"; fi
+# --- the NVIDIA driver reloaded by hand ----------------------------------------
+# systemctl stop nvidia-persistenced (PartOf: stops peermem.service, which
+# unloads nothing), unload peermem and the driver, load the driver,
+# systemctl start nvidia-persistenced: WantedBy= makes that start start
+# peermem.service again. The driver is gpusim here.
+rm_ok=0
+rmmod nvidia_peermem 2>/dev/null && { ! loaded gpusim || rmmod gpusim 2>/dev/null; } && rm_ok=1
+if [ "$rm_ok" = 1 ] && ! loaded nvidia_peermem && ! loaded gpusim && modprobe gpusim && ! loaded nvidia_peermem; then
+	ok "driver reload by hand: nvidia_peermem and the driver (gpusim) unloaded, the driver loaded again alone"
+else nok "driver reload by hand" "loaded: $(lsmod | awk 'NR > 1 { printf "%s ", $1 }')"; fi
+if grep -Eq '^WantedBy=.*(^|[ =])nvidia-persistenced\.service( |$)' "$unit"; then
+	out=$(unit_start 2>&1); rc=$?
+else rc=unit-not-WantedBy-nvidia-persistenced out=$(grep '^WantedBy' "$unit"); fi
+if [ "$rc" = 0 ] && [ -d "$core/nv_mem" ] && [ -e /sys/module/gpusim/holders/nvidia_peermem ]; then
+	ok "after it, starting nvidia-persistenced starts peermem.service (WantedBy), which loads nvidia_peermem against the reloaded driver"
+else nok "peermem.service after the driver reload" "rc $rc: $out"; fi
 rxe_link_up
 relay "probes after force-restart" env PEERMEM_KO="$stage/peermem.ko" PEERMEM_DROPIN_KO="$stage/dropin/nvidia_peermem.ko" \
 	GPUSIM_KO="$stage/gpusim.ko" "$root/tests/guest/module/t_probes"
