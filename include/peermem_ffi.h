@@ -129,6 +129,11 @@ bool peermem_current_kthread(void);
 bool peermem_current_compat(void);	/* in_compat_syscall() */
 long peermem_current_syscall_nr(void);
 
+/* ---- The C layout of what Rust reads or builds (rust/kapi/layout.rs) */
+
+extern const unsigned long peermem_c_layout[];
+extern const unsigned long peermem_c_layout_len;
+
 /* ---- debugfs: /sys/kernel/debug/peermem/ (rust/kapi/debugfs.rs) */
 
 /*

@@ -186,3 +186,26 @@ struct dentry *peermem_debugfs_create_file(const char *name, umode_t mode, struc
 {
 	return debugfs_create_file(name, mode, parent, data, fops);
 }
+
+/* ---- The C layout of what Rust reads or builds (rust/kapi/layout.rs) */
+#define PM_OFF(s, f) offsetof(struct s, f)
+const unsigned long peermem_c_layout[] = {
+	PM_OFF(file, private_data), PM_OFF(file, f_flags), sizeof(struct file_operations),
+	PM_OFF(file_operations, owner), PM_OFF(file_operations, open),
+	PM_OFF(file_operations, release), PM_OFF(file_operations, read),
+	PM_OFF(file_operations, write), PM_OFF(file_operations, poll),
+	PM_OFF(file_operations, mmap), PM_OFF(file_operations, llseek),
+	PM_OFF(vm_area_struct, vm_start), PM_OFF(vm_area_struct, vm_end),
+	PM_OFF(vm_area_struct, vm_pgoff), PM_OFF(vm_area_struct, vm_flags),
+	PM_OFF(mmu_notifier_range, event), PM_OFF(mmu_notifier_range, flags),
+	PM_OFF(mmu_notifier_range, mm), sizeof(struct mmu_interval_notifier),
+	PM_OFF(mmu_interval_notifier, invalidate_seq), sizeof(struct mmu_interval_notifier_ops),
+	PM_OFF(mmu_interval_notifier_ops, invalidate), PM_OFF(resource, start),
+	PM_OFF(resource, end), PM_OFF(resource, flags), sizeof(struct sg_table),
+	PM_OFF(sg_table, sgl), PM_OFF(sg_table, nents), PM_OFF(sg_table, orig_nents),
+	sizeof(struct miscdevice), PM_OFF(miscdevice, minor), PM_OFF(miscdevice, name),
+	PM_OFF(miscdevice, fops), PM_OFF(miscdevice, mode), sizeof(struct work_struct),
+	sizeof(struct completion), sizeof(struct wait_queue_head), sizeof(struct wait_queue_entry),
+	sizeof(spinlock_t), sizeof(struct lock_class_key),
+};
+const unsigned long peermem_c_layout_len = ARRAY_SIZE(peermem_c_layout);

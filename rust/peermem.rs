@@ -98,6 +98,8 @@ fn register<T: PeerMemoryClient>(name: &str) -> Result<CoreClient<T>> {
 
 impl kernel::Module for PeerMem {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        // Before anything reads a kernel structure through the bindings.
+        kapi::layout::check()?;
         let params = params::Params::from_module()?;
         let events = events_enabled()?;
         client::wcache::setup()?;

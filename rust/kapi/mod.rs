@@ -47,6 +47,7 @@
 //! | [`miscdev`]      | misc character device, its files          | `kernel::miscdevice` (6.13) |
 //! | [`mm`]           | address-space keys, a page shared with users | `kernel::mm` (6.14), `kernel::page` |
 //! | [`global_lock`]  | a `static` under a static spinlock, initialised at first use | `kernel::sync::global_lock!` (6.16) |
+//! | [`layout`]       | the C layout of what Rust reads or builds, checked at load | none |
 //! | [`uapi`]         | `include/uapi/peermem.h`                  | none |
 
 use core::ffi::CStr;
@@ -60,6 +61,7 @@ pub(crate) mod dma;
 pub(crate) mod global_lock;
 pub(crate) mod iomem;
 pub(crate) mod kvmem;
+pub(crate) mod layout;
 pub(crate) mod miscdev;
 pub(crate) mod mm;
 pub(crate) mod mmu_notifier;
