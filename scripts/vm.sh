@@ -326,7 +326,10 @@ for attempt in 1 2; do
 rm -f "$res/boot-hang"
 (
 	exec </dev/null >/dev/null 2>&1
-	sleep "$boot_limit"
+	# Killed (below, once QEMU has ended): nothing to watch. Without this
+	# the watchdog went on when QEMU ended early, marked a boot hang and
+	# killed QEMU's old pid before the kill of the watchdog landed.
+	sleep "$boot_limit" || exit 0
 	grep -q 'peermem-vm: init' "$con" || { : > "$res/boot-hang"; kill "$(cat "$res/qemu.pid")"; }
 ) &
 boot_wd=$!
