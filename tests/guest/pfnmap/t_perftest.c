@@ -114,8 +114,13 @@ static int perftest(const char *tool, const char *mmap, const char *extra, int *
 	snprintf(cmd, sizeof(cmd), "%s -d " RXE_DEV " -x 1 -F %s%s %s", tool, mmap ? "--mmap=" : "",
 		 mmap ? mmap : "", extra);
 	s = spawn(cmd, sfile);
-	/* The server listens once it has set up; retry the client a few times. */
-	for (int i = 0; i < 5; i++) {
+	/*
+	 * The server listens once it has set up; retry the client while it
+	 * runs. Five tries (about 5 s) were once too few on a loaded machine
+	 * (the ib_write_lat server on GPU memory, the client failing every
+	 * time and the server killed waiting for it): twelve.
+	 */
+	for (int i = 0; i < 12; i++) {
 		usleep((useconds_t)(slow_s(1.0) * 1e6));
 		snprintf(cmd, sizeof(cmd), "%s -d " RXE_DEV " -x 1 -F %s 10.55.0.1", tool, extra);
 		cl = spawn(cmd, cfile);
