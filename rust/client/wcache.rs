@@ -94,7 +94,8 @@ struct Entry<T> {
 /// # Invariants
 ///
 /// `slots[..entries]` are `Some`, in the order they were parked (the
-/// oldest first), and `slots[entries..]` are `None`; `bytes` is the sum of
+/// oldest first), and `slots[entries..]` are `None`; `addrs[i]` is the
+/// `addr` of `slots[i]` for each `i < entries`; `bytes` is the sum of
 /// their `bytes`. So a lookup reads only the entries there are, from the
 /// newest, and the oldest of a process is the first of its in the order,
 /// with no age to compare: a miss (a range registered for the first time,
@@ -103,6 +104,10 @@ struct Entry<T> {
 /// steps.
 struct Table<T> {
     slots: [Option<Entry<T>>; MAX_ENTRIES as usize],
+    /// `addrs[i]` is `slots[i]`'s `addr` for `i < entries`: a lookup
+    /// compares these (one `u64` each, side by side) and reads an entry only
+    /// where the address matches.
+    addrs: [u64; MAX_ENTRIES as usize],
     /// Entries in `slots`, all at its start.
     entries: u32,
     /// Sum of the entries' `bytes`.
@@ -125,6 +130,7 @@ impl<T> Table<T> {
         let e = self.slots[i].take()?;
         // `slots[i]` is `None` now; it moves to the end of the entries.
         self.slots[i..n].rotate_left(1);
+        self.addrs[i..n].rotate_left(1);
         self.entries -= 1;
         self.bytes -= e.bytes;
         Some(e.reg)
@@ -152,10 +158,22 @@ impl<T> Table<T> {
     /// the newest first (a range registered again is most likely a recent
     /// one).
     fn find(&self, mm: usize, addr: u64, len: u64) -> Option<usize> {
-        self.live().iter().rposition(|s| {
-            s.as_ref()
-                .is_some_and(|e| e.addr == addr && e.len == len && e.mm == mm)
-        })
+        let n = self.entries as usize;
+        let (addrs, slots) = (&self.addrs[..n], &self.slots[..n]);
+        // The addresses alone (a miss reads nothing else), then the entry
+        // of each match.
+        let mut i = n;
+        while i > 0 {
+            i -= 1;
+            if addrs[i] == addr
+                && slots[i]
+                    .as_ref()
+                    .is_some_and(|e| e.len == len && e.mm == mm)
+            {
+                return Some(i);
+            }
+        }
+        None
     }
 
     /// Whether an entry of `bytes` fits in the limits.
@@ -166,10 +184,12 @@ impl<T> Table<T> {
 
     /// Appends an entry (the newest); `false` if the table is full.
     fn push(&mut self, e: Entry<T>) -> bool {
-        let Some(slot) = self.slots.get_mut(self.entries as usize) else {
+        let i = self.entries as usize;
+        let (Some(slot), Some(a)) = (self.slots.get_mut(i), self.addrs.get_mut(i)) else {
             return false;
         };
         self.bytes += e.bytes;
+        *a = e.addr;
         *slot = Some(e);
         self.entries += 1;
         true
@@ -218,6 +238,7 @@ impl<T: Parkable> WatchCache<T> {
         Self {
             table: EventsLocked::new(Table {
                 slots: [const { None }; MAX_ENTRIES as usize],
+                addrs: [0; MAX_ENTRIES as usize],
                 entries: 0,
                 bytes: 0,
             }),

@@ -116,16 +116,11 @@ impl StaticSpinLock {
     }
 }
 
-/// One of the module's static spinlocks.
+/// One of the module's static spinlocks, named by a type so that an
+/// [`EventsLocked`] can say which one guards it.
 pub(crate) trait GlobalLock {
-    /// Spins until the lock is ours.
-    fn lock();
-    /// Releases the lock this thread holds.
-    ///
-    /// # Safety
-    ///
-    /// This thread holds the lock.
-    unsafe fn unlock();
+    /// The lock.
+    fn spin() -> &'static StaticSpinLock;
 }
 
 /// The event lock: the event queues, the watch cache.
@@ -135,12 +130,8 @@ static EVENTS_SPIN: StaticSpinLock = StaticSpinLock::new(b"peermem_events\0");
 pub(crate) struct EventsLock;
 
 impl GlobalLock for EventsLock {
-    fn lock() {
-        EVENTS_SPIN.lock();
-    }
-    unsafe fn unlock() {
-        // SAFETY: held by this thread (the caller's guarantee).
-        unsafe { EVENTS_SPIN.unlock() };
+    fn spin() -> &'static StaticSpinLock {
+        &EVENTS_SPIN
     }
 }
 
@@ -151,12 +142,8 @@ static CBREFS_SPIN: StaticSpinLock = StaticSpinLock::new(b"peermem_cbrefs\0");
 pub(crate) struct CbrefsLock;
 
 impl GlobalLock for CbrefsLock {
-    fn lock() {
-        CBREFS_SPIN.lock();
-    }
-    unsafe fn unlock() {
-        // SAFETY: held by this thread (the caller's guarantee).
-        unsafe { CBREFS_SPIN.unlock() };
+    fn spin() -> &'static StaticSpinLock {
+        &CBREFS_SPIN
     }
 }
 
@@ -189,7 +176,7 @@ impl<T, L: GlobalLock> EventsLocked<T, L> {
     /// Spins until the lock is ours. Any context that may spin (not an
     /// interrupt: the lock does not disable them).
     pub(crate) fn lock(&self) -> EventsGuard<'_, T, L> {
-        L::lock();
+        L::spin().lock();
         // INVARIANT: the lock is held until the guard drops.
         EventsGuard {
             owner: self,
@@ -227,6 +214,6 @@ impl<T, L: GlobalLock> DerefMut for EventsGuard<'_, T, L> {
 impl<T, L: GlobalLock> Drop for EventsGuard<'_, T, L> {
     fn drop(&mut self) {
         // SAFETY: held by this thread (type invariant), released once.
-        unsafe { L::unlock() };
+        unsafe { L::spin().unlock() };
     }
 }

@@ -98,6 +98,31 @@ static int result_line(const char *file, char *line, size_t n)
 }
 
 /*
+ * A failed run's evidence: the last lines of a perftest output, as TAP
+ * comments (the files are in the guest's tmpfs and go with it).
+ */
+static void show_tail(const char *what, const char *file)
+{
+	char lines[20][256];
+	unsigned int n = 0;
+	FILE *f = fopen(file, "r");
+
+	if (!f) {
+		printf("# %s: %s is missing\n", what, file);
+		return;
+	}
+	while (fgets(lines[n % 20], sizeof(lines[0]), f))
+		n++;
+	fclose(f);
+	printf("# %s (%s), its last %u of %u lines:\n", what, file, n < 20 ? n : 20, n);
+	for (unsigned int i = n < 20 ? 0 : n - 20; i < n; i++) {
+		lines[i % 20][strcspn(lines[i % 20], "\n")] = 0;
+		printf("#   %s\n", lines[i % 20]);
+	}
+	fflush(stdout);
+}
+
+/*
  * One perftest run: server (with --mmap=mmap if given) and client over
  * rxe0. Returns the client's status; the server's in *srv; the client's
  * result line in line.
@@ -130,6 +155,11 @@ static int perftest(const char *tool, const char *mmap, const char *extra, int *
 			break;
 	}
 	*srv = reap(s, 30);
+	if (rc != 0 || *srv != 0) {
+		printf("# %s: client %d (its last try), server %d\n", tool, rc, *srv);
+		show_tail("the server's output", sfile);
+		show_tail("the client's output, its last try", cfile);
+	}
 	if (!result_line(cfile, line, n) && !result_line(sfile, line, n))
 		snprintf(line, n, "(no result line)");
 	return rc;
