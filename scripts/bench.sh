@@ -296,7 +296,7 @@ if [ -n "$profile" ]; then
 		[ "$prof_t" = 1 ] || pf=$out/profile-${prof_mib}M-${prof_t}threads.txt
 	fi
 	rc=0
-	scripts/vm.sh "${vmargs[@]}" --cmd "$mods PROFILE_CHUNKS=${PROFILE_CHUNKS:-1} PROFILE_COUNTERS=${PROFILE_COUNTERS:-0} PROFILE_EVENT=${PROFILE_EVENT:-} PROFILE_GAP=${PROFILE_GAP:-} BENCH_PROF_UMEM=${BENCH_PROF_UMEM:-0} BENCH_PROF_INSNS=${BENCH_PROF_INSNS:-0} BENCH_PROF_MISS=${BENCH_PROF_MISS:-0} BENCH_PM_RM_LOCK=${BENCH_PM_RM_LOCK:-1} BENCH_PM_ARGS='${BENCH_PM_ARGS:-}' bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $prof_bytes $prof_n 25 $prof_t $callgraph" \
+	scripts/vm.sh "${vmargs[@]}" --cmd "$mods PROFILE_CHUNKS=${PROFILE_CHUNKS:-1} PROFILE_COUNTERS=${PROFILE_COUNTERS:-0} PROFILE_EVENT=${PROFILE_EVENT:-} PROFILE_GAP=${PROFILE_GAP:-} PROFILE_CALLERS=${PROFILE_CALLERS:-} BENCH_PROF_UMEM=${BENCH_PROF_UMEM:-0} BENCH_PROF_INSNS=${BENCH_PROF_INSNS:-0} BENCH_PROF_MISS=${BENCH_PROF_MISS:-0} BENCH_PM_RM_LOCK=${BENCH_PM_RM_LOCK:-1} BENCH_PM_ARGS='${BENCH_PM_ARGS:-}' bash $tree/tests/bench/profile-guest.sh $tree/tests/bench/bench_peermem $prof_bytes $prof_n 25 $prof_t $callgraph" \
 		>"$pf.tmp" 2>"$work/vm.log" || rc=$?
 	{ echo "# scripts/bench.sh --profile $profile$([ "$callgraph" = 1 ] && echo ' --callgraph')${append:+ --append '${append# }'}: $kvariant kernel $(basename "$kdir"), commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ)"; cat "$pf.tmp"; } > "$pf"
 	rm -f "$pf.tmp"

@@ -26,6 +26,8 @@
 # unwinder); adds, for every sample spinning on or waiting for a mutex, the
 # first caller outside the mutex code, and for the free profile the
 # symbols by inclusive share (time in them and in what they call).
+# PROFILE_CALLERS=SYM (with CALLGRAPH 1): the samples whose leaf is SYM by
+# their first four callers.
 # PROFILE_COUNTERS=1 (registrations, one thread): no perf; the kernel's
 # counters around each pass instead (bench_peermem's BENCH_PROF_COUNTERS:
 # the thread's CPU time and context switches, the guest's busy time, the
@@ -169,6 +171,23 @@ for l in sys.stdin:
 		/^[[:space:]]*$/ { flush(); next }
 		{ nf++; s = $2; sub(/\+0x[0-9a-f]+$/, "", s); fr[nf] = s; dso[nf] = $NF; if (nf == 1) leaf = s }
 		END { flush(); printf "  %d samples\n", tot; for (k in by) printf "  %6d  %s\n", by[k], k }' /tmp/perf.$side.chains | sort -k1,1rn | head -n 15
+	# PROFILE_CALLERS=SYM: the samples in SYM (the leaf) by their first
+	# four callers, to find whose work a shared kernel function is.
+	if [ -n "${PROFILE_CALLERS:-}" ]; then
+		echo "$side: samples in ${PROFILE_CALLERS} by their first four callers:"
+		awk -v want="$PROFILE_CALLERS" '
+			function flush() {
+				if (nf && leaf == want) {
+					tot++; who = ""
+					for (i = 2; i <= nf && i <= 5; i++) who = who (i > 2 ? " <- " : "") fr[i]
+					by[who]++
+				}
+				nf = 0
+			}
+			/^[[:space:]]*$/ { flush(); next }
+			{ nf++; s = $2; sub(/\+0x[0-9a-f]+$/, "", s); fr[nf] = s; if (nf == 1) leaf = s }
+			END { flush(); printf "  %d samples\n", tot; for (k in by) printf "  %6d  %s\n", by[k], k }' /tmp/perf.$side.chains | sort -k1,1rn | head -n 12
+	fi
 	if [ "$bytes" = free ]; then
 		echo "$side: symbols by inclusive share of the busy samples (itself and what it calls), and us of CPU per free:"
 		perf report -q -i "$out" --kallsyms="$ks" --stdio --children --sort sym -g none 2>/dev/null | awk -v top="$top" -v n="$n" -v cput="$wall" -v cpus="$cpus" '
