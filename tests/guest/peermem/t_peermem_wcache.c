@@ -14,7 +14,8 @@
  *    moves the new memory's data;
  *  - a registration taken from the cache is revoked on munmap and on GPU
  *    free as any other;
- *  - a different range, or another process, is no hit;
+ *  - a different range (another start, or the same start and another
+ *    length), or another process, is no hit;
  *  - a free while a hit waits for its keeper declines it, nothing held;
  *  - the bounds: the oldest entry goes when the cache is full
  *    (watch_cache=2), a range over watch_cache_mib is not cached,
@@ -222,6 +223,14 @@ int main(void)
 		   "the range registered twice at once: one hit, and once both are deregistered one entry for it (pins %lld: it and the other range's; hits %+lld)",
 		   pins, hits0);
 	}
+
+	/* The same start, another length: no hit (the entry is its range's). */
+	pins0 = pin_calls();
+	hits0 = pm("watch_cache_hits");
+	rc = reg_dereg(&c, g.p, LEN - GPU_PAGE);
+	pins0 = pin_calls() - pins0;
+	ok(rc == 0 && pins0 == 2 && pm("watch_cache_hits") == hits0 && pm_cached() == 3,
+	   "the same start with another length is no hit: two pins (%+lld), a third entry", pins0);
 
 	/* The flush file: 1 drops every entry, anything else is refused. */
 	ok(write_str(PMDBG "watch_cache_flush", "2") == -EINVAL, "watch_cache_flush: 2 is refused with EINVAL");
