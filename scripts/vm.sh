@@ -17,7 +17,9 @@
 #   --mem SIZE --smp N  guest size (default 2G, 2)
 #   --env NAME=VALUE    set NAME in every test's environment (repeatable)
 #   --no-kmemleak       skip the final kmemleak scan
-#   (PEERMEM_VM_BOOT_LIMIT=S: a guest not up after S seconds, default 600, is
+#   (PEERMEM_VM_BOOT_LIMIT=S: a guest not up after S seconds, default 600, or
+#   whose console stays silent for PEERMEM_VM_BOOT_QUIET=S seconds before it
+#   is up, default 150, is
 #   booted once more; a second such boot fails the run)
 #   --append 'ARGS'     extra guest kernel command line (e.g. kasan.fault=panic)
 #   -v, --verbose       stream the guest console while it runs
@@ -318,19 +320,36 @@ cmd_rc=0 booted=0 done_marker=0 cur=0 t_start=$(date +%s.%N) t_boot= oops_line=
 # stopped (seen once in a CI-like run on a loaded machine, 2026-11-26: at
 # 15 s of the kernel's boot, 38 minutes of a test job's time). With no
 # "peermem-vm: init" within PEERMEM_VM_BOOT_LIMIT seconds (default 600; a
-# boot takes 30 s on an idle machine, 80-130 s at half speed) QEMU is
+# boot takes 30 s on an idle machine, 80-130 s at half speed), or with a
+# console that printed nothing for PEERMEM_VM_BOOT_QUIET seconds before
+# that (default 150; a boot's longest silence is about 10 s here, so 20 s
+# at half speed: a hang is caught in minutes, not at the limit), QEMU is
 # stopped and the guest booted once more; a second hang fails the run.
 boot_limit=${PEERMEM_VM_BOOT_LIMIT:-600}
 [[ $boot_limit =~ ^[0-9]+$ ]] && [ "$boot_limit" -gt 0 ] || bad "PEERMEM_VM_BOOT_LIMIT wants seconds, got '$boot_limit'"
+boot_quiet=${PEERMEM_VM_BOOT_QUIET:-150}
+[[ $boot_quiet =~ ^[0-9]+$ ]] && [ "$boot_quiet" -gt 0 ] || bad "PEERMEM_VM_BOOT_QUIET wants seconds, got '$boot_quiet'"
 for attempt in 1 2; do
 rm -f "$res/boot-hang"
 (
 	exec </dev/null >/dev/null 2>&1
-	# Killed (below, once QEMU has ended): nothing to watch. Without this
-	# the watchdog went on when QEMU ended early, marked a boot hang and
-	# killed QEMU's old pid before the kill of the watchdog landed.
-	sleep "$boot_limit" || exit 0
-	grep -q 'peermem-vm: init' "$con" || { : > "$res/boot-hang"; kill "$(cat "$res/qemu.pid")"; }
+	t0=$SECONDS size=-1 t_size=$SECONDS
+	while :; do
+		# Killed (below, once QEMU has ended): nothing to watch. Without
+		# this the watchdog went on when QEMU ended early, marked a boot
+		# hang and killed QEMU's old pid before the kill of the watchdog
+		# landed.
+		sleep 2 || exit 0
+		grep -q 'peermem-vm: init' "$con" && exit 0
+		now=$(stat -c %s "$con" 2>/dev/null || echo 0)
+		[ "$now" != "$size" ] && size=$now t_size=$SECONDS
+		if [ $((SECONDS - t0)) -ge "$boot_limit" ]; then why="no init after ${boot_limit}s"
+		elif [ $((SECONDS - t_size)) -ge "$boot_quiet" ]; then why="console silent for ${boot_quiet}s"
+		else continue; fi
+		printf '%s\n' "$why" > "$res/boot-hang"
+		kill "$(cat "$res/qemu.pid")"
+		exit 0
+	done
 ) &
 boot_wd=$!
 pm_log "vm: booting $(basename "$(dirname "$kdir")")/$(basename "$kdir") ($accel, ${mem}, ${smp} cpus; $ntests test(s); limit ${total_timeout}s; log $con)"
@@ -375,15 +394,16 @@ pkill -P "$boot_wd" sleep 2>/dev/null; kill "$boot_wd" 2>/dev/null; wait "$boot_
 qrc=$(cat "$res/qemu.rc" 2>/dev/null || echo '?')
 if [ "$booted" = 0 ] && [ -f "$res/boot-hang" ]; then
 	last=$(tail -n 1 "$con" | cut -c1-120)
+	hang=$(cat "$res/boot-hang")
 	if [ "$attempt" = 1 ]; then
-		pm_log "vm: the guest hung during its boot (no init after ${boot_limit}s; the console stopped at: $last); booting again"
-		printf '# vm: guest hung during boot (no init after %ss; console stopped at: %s); booted again\n' "$boot_limit" "$last"
+		pm_log "vm: the guest hung during its boot ($hang; the console stopped at: $last); booting again"
+		printf '# vm: guest hung during boot (%s; console stopped at: %s); booted again\n' "$hang" "$last"
 		mv "$con" "$res/console.first-boot.log"; : > "$con"
 		mv "$res/qemu.err" "$res/qemu.first-boot.err"
 		oops_line=
 		continue
 	fi
-	printf '# vm: guest hung during boot again (no init after %ss; console stopped at: %s)\n' "$boot_limit" "$last"
+	printf '# vm: guest hung during boot again (%s; console stopped at: %s)\n' "$hang" "$last"
 fi
 if [ "$attempt" = 1 ] && [ "$booted" = 0 ] && [ "$qrc" = 134 ] &&
    grep -q 'iotlb_to_section: Assertion' "$res/qemu.err" 2>/dev/null; then
@@ -408,7 +428,7 @@ if [ "$done_marker" = 0 ]; then
 	[ -n "$running" ] && where="during test $running ($(label_of "$running"))"
 	if grep -q 'Kernel panic' "$con"; then why="kernel panicked $where"
 	elif [ -n "$oops_line" ]; then why="stopped at the first Oops $where: $oops_line"
-	elif [ "$booted" = 0 ] && [ -f "$res/boot-hang" ]; then why="hung during boot: no init within ${boot_limit}s, in both boots"
+	elif [ "$booted" = 0 ] && [ -f "$res/boot-hang" ]; then why="hung during boot ($(cat "$res/boot-hang")), in both boots"
 	elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then why="hung: killed after the ${total_timeout}s limit $where"
 	else why="stopped unexpectedly $where (qemu exit status $qrc)"; fi
 	tap not-ok "guest $why"

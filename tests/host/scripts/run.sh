@@ -273,6 +273,12 @@ hangboot)	# The kernel's boot stops, QEMU keeps running (seen on a loaded machin
 	while [ $# -gt 0 ]; do [ "$1" = -pidfile ] && echo $$ > "$2"; shift; done
 	printf '[    1.000000] Linux version fake\r\n[    2.000000] e820: register RAM buffer resource\r\n'
 	exec sleep 1000 ;;
+slowboot)	# A slow boot that keeps printing: never a hang, however long.
+	echo boot >> "$FAKEQ_COUNT"
+	printf '[    1.000000] Linux version fake\r\n'
+	for i in 1 2 3 4 5 6 7 8; do sleep 1; printf '[    %d.000000] still booting\r\n' $((i + 1)); done
+	printf '[   10.000000] peermem-vm: init (fake)\r\n'
+	exec sleep 1000 ;;
 abort)	echo boot >> "$FAKEQ_COUNT"
 	printf '[    1.000000] Linux version fake\r\n[    2.000000] PCI: Probing PCI hardware\r\n'
 	echo "qemu-system-x86_64: system/physmem.c:2678: iotlb_to_section: Assertion \`section_index < d->map.sections_nb' failed." >&2
@@ -342,8 +348,29 @@ boots=$(wc -l < "$tmp/fakeq/count")
 if [ "$rc" = 1 ] && [ "$boots" = 2 ] && [ $((SECONDS - t0)) -lt 60 ]; then ok "a boot that hangs is stopped at the boot limit and retried once, then fails the run"
 else not_ok "a boot that hangs is stopped at the boot limit and retried once, then fails the run (rc $rc, $boots boots, $((SECONDS - t0))s)"; fi
 has "the retry is said, with where the console stopped" '^# vm: guest hung during boot \(no init after 3s; console stopped at: .*e820: register RAM buffer resource\); booted again'
-has "the second hang is named" '^not ok [0-9]+ - guest hung during boot: no init within 3s, in both boots'
+has "the second hang is named" '^not ok [0-9]+ - guest hung during boot \(no init after 3s\), in both boots'
 has "its tests are failed as not run" '^not ok [0-9]+ - vm/fixtures/t_pass: not run'
+show_on_fail "$f0"
+# A console silent for PEERMEM_VM_BOOT_QUIET seconds before init is a hang
+# too, caught long before the boot limit.
+f0=$nfail
+: > "$tmp/fakeq/count"
+t0=$SECONDS
+rc=$(PEERMEM_VM_BOOT_LIMIT=600 PEERMEM_VM_BOOT_QUIET=3 FAKEQ_MODE=hangboot FAKEQ_COUNT="$tmp/fakeq/count" fakevm "$fix/t_pass")
+boots=$(wc -l < "$tmp/fakeq/count")
+if [ "$rc" = 1 ] && [ "$boots" = 2 ] && [ $((SECONDS - t0)) -lt 60 ]; then ok "a boot whose console goes silent is stopped after the quiet limit, not the boot limit, and retried once"
+else not_ok "a boot whose console goes silent is stopped after the quiet limit, not the boot limit, and retried once (rc $rc, $boots boots, $((SECONDS - t0))s)"; fi
+has "the silence is said" '^# vm: guest hung during boot \(console silent for 3s; console stopped at: .*e820: register RAM buffer resource\); booted again'
+has "the second silence is named" '^not ok [0-9]+ - guest hung during boot \(console silent for 3s\), in both boots'
+show_on_fail "$f0"
+# A boot that takes longer than the quiet limit but keeps printing is no hang.
+f0=$nfail
+: > "$tmp/fakeq/count"
+rc=$(PEERMEM_VM_BOOT_QUIET=3 FAKEQ_MODE=slowboot FAKEQ_COUNT="$tmp/fakeq/count" fakevm --timeout 16 "$fix/t_pass")
+boots=$(wc -l < "$tmp/fakeq/count")
+if [ "$boots" = 1 ] && ! grep -q 'hung during boot' "$tmp/vm.out"; then ok "a slow boot that keeps printing (8 s at a line a second, quiet limit 3 s) is booted once and not called a hang"
+else not_ok "a slow boot that keeps printing (8 s at a line a second, quiet limit 3 s) is booted once and not called a hang ($boots boots)"; fi
+has "... it came up (then sat until the run's limit)" '^not ok [0-9]+ - guest hung: killed after the 16s limit after the tests'
 show_on_fail "$f0"
 
 # The real thing: needs a built rig kernel.
