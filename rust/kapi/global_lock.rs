@@ -118,7 +118,12 @@ impl StaticSpinLock {
 
 /// One of the module's static spinlocks, named by a type so that an
 /// [`EventsLocked`] can say which one guards it.
-pub(crate) trait GlobalLock {
+///
+/// # Safety
+///
+/// [`GlobalLock::spin`] returns the same lock on every call (an
+/// [`EventsGuard`] releases the lock it took).
+pub(crate) unsafe trait GlobalLock {
     /// The lock.
     fn spin() -> &'static StaticSpinLock;
 }
@@ -129,7 +134,8 @@ static EVENTS_SPIN: StaticSpinLock = StaticSpinLock::new(b"peermem_events\0");
 /// The event lock's [`GlobalLock`].
 pub(crate) struct EventsLock;
 
-impl GlobalLock for EventsLock {
+// SAFETY: always the one static.
+unsafe impl GlobalLock for EventsLock {
     fn spin() -> &'static StaticSpinLock {
         &EVENTS_SPIN
     }
@@ -141,7 +147,8 @@ static CBREFS_SPIN: StaticSpinLock = StaticSpinLock::new(b"peermem_cbrefs\0");
 /// The callback-reference registry's [`GlobalLock`].
 pub(crate) struct CbrefsLock;
 
-impl GlobalLock for CbrefsLock {
+// SAFETY: always the one static.
+unsafe impl GlobalLock for CbrefsLock {
     fn spin() -> &'static StaticSpinLock {
         &CBREFS_SPIN
     }
@@ -213,7 +220,9 @@ impl<T, L: GlobalLock> DerefMut for EventsGuard<'_, T, L> {
 
 impl<T, L: GlobalLock> Drop for EventsGuard<'_, T, L> {
     fn drop(&mut self) {
-        // SAFETY: held by this thread (type invariant), released once.
+        // SAFETY: held by this thread (type invariant; `L::spin` is the lock
+        // `EventsLocked::lock` took, `GlobalLock`'s safety requirement),
+        // released once.
         unsafe { L::spin().unlock() };
     }
 }
