@@ -310,7 +310,7 @@ emit_test() {
 # --- boot and follow the console ------------------------------------------
 con=$res/console.log
 : > "$con"
-cmd_rc=0 booted=0 done_marker=0 cur=0 t_start=$(date +%s.%N) t_boot= oops_line=
+cmd_rc=0 booted=0 done_marker=0 cur=0 t_start=$(date +%s.%N) t_boot= oops_line= hang=
 [ "$have_cmd" = 1 ] || printf 'TAP version 13\n'
 # QEMU 10.0's TCG can abort while the guest kernel probes PCI on q35
 # ("iotlb_to_section: Assertion ... failed", seen once in about 30 boots
@@ -428,7 +428,7 @@ if [ "$done_marker" = 0 ]; then
 	[ -n "$running" ] && where="during test $running ($(label_of "$running"))"
 	if grep -q 'Kernel panic' "$con"; then why="kernel panicked $where"
 	elif [ -n "$oops_line" ]; then why="stopped at the first Oops $where: $oops_line"
-	elif [ "$booted" = 0 ] && [ -f "$res/boot-hang" ]; then why="hung during boot ($(cat "$res/boot-hang")), in both boots"
+	elif [ "$booted" = 0 ] && [ -f "$res/boot-hang" ]; then why="hung during boot ($hang), in both boots"
 	elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then why="hung: killed after the ${total_timeout}s limit $where"
 	else why="stopped unexpectedly $where (qemu exit status $qrc)"; fi
 	tap not-ok "guest $why"
